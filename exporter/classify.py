@@ -1,0 +1,219 @@
+"""Classify a server from two reads of its own counters: the decision table, as pure code.
+
+No I/O and no clock: readings carry the time they were taken. The only decision that needs
+the network, the idle test request, is returned as `probe_needed` and settled by
+`with_probe_result` once the caller has sent it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from enum import StrEnum
+
+from exporter.reading import EngineSample, Reading
+
+
+class State(StrEnum):
+    DOWN = "down"
+    NO_METRICS = "no_metrics"
+    RESTARTED = "restarted"
+    SLEEPING = "sleeping"
+    BUSY = "busy"
+    STALLED = "stalled"
+    IDLE = "idle"
+    UNRESPONSIVE = "unresponsive"
+    UNKNOWN = "unknown"
+
+
+# When engines of one server disagree, the server takes the worst of their states.
+_ENGINE_SEVERITY: dict[State, int] = {
+    State.STALLED: 5,
+    State.UNKNOWN: 4,
+    State.BUSY: 3,
+    State.SLEEPING: 2,
+    State.IDLE: 1,
+}
+
+
+@dataclass(frozen=True)
+class EngineVerdict:
+    model_name: str
+    engine: str
+    state: State
+    reason: str
+    progressed: bool = False
+    completed: bool = False
+    probe_needed: bool = False
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What one read says about a server, with the figures behind it."""
+
+    state: State
+    reason: str
+    running: float | None = None
+    waiting: float | None = None
+    steps_per_second: float | None = None
+    tokens_per_second: float | None = None
+    progressed: bool = False
+    restart_detected: bool = False
+    probe_needed: bool = False
+    engines: tuple[EngineVerdict, ...] = ()
+
+    @property
+    def has_work(self) -> bool:
+        return (self.running or 0.0) + (self.waiting or 0.0) > 0
+
+
+def down(reason: str) -> Verdict:
+    """The server's `/metrics` could not be read (refused, timed out, error status)."""
+    return Verdict(state=State.DOWN, reason=reason)
+
+
+def restart_evidence(previous: Reading, current: Reading) -> str | None:
+    """Why `current` comes from a different process than `previous`, or None if it does not.
+
+    A start time (or start marker) that changed is proof; where the server publishes none
+    (prometheus multiprocess mode), any counter going down is.
+    """
+    if _moved(previous.process_start_time, current.process_start_time):
+        return "process start time changed"
+    if None not in (previous.start_marker, current.start_marker) and (
+        previous.start_marker != current.start_marker
+    ):
+        return "process start marker changed"
+    before = previous.engine_map()
+    for engine in current.engines:
+        old = before.get(engine.key)
+        if old is None:
+            continue
+        old_counters = old.counters()
+        for name, value in engine.counters().items():
+            old_value = old_counters[name]
+            if value is not None and old_value is not None and value < old_value:
+                return f"{name} went down ({old_value:g} -> {value:g})"
+    return None
+
+
+def _moved(old: float | None, new: float | None) -> bool:
+    return old is not None and new is not None and new != old
+
+
+def _progress_signals(old: EngineSample, new: EngineSample) -> list[str]:
+    old_counters = old.counters()
+    moved = [
+        name
+        for name, value in new.counters().items()
+        if value is not None and (before := old_counters[name]) is not None and value > before
+    ]
+    if _moved(old.kv_cache_usage, new.kv_cache_usage):
+        moved.append("vllm:kv_cache_usage_perc")
+    return moved
+
+
+def classify_engine(previous: EngineSample | None, current: EngineSample) -> EngineVerdict:
+    """One engine's state from two samples of the same process."""
+
+    def verdict(state: State, reason: str, **flags: bool) -> EngineVerdict:
+        return EngineVerdict(current.model_name, current.engine, state, reason, **flags)
+
+    if current.awake is not None and current.awake == 0:
+        return verdict(State.SLEEPING, "engine is asleep")
+    has_work = current.work > 0
+    if previous is None:
+        if has_work:
+            return verdict(State.UNKNOWN, "first read with work: nothing to compare with yet")
+        return verdict(State.IDLE, "no work on the first read", probe_needed=True)
+    moved = _progress_signals(previous, current)
+    completed = _moved(previous.requests_completed, current.requests_completed)
+    if has_work:
+        if moved:
+            return verdict(State.BUSY, "work present; moved: " + ", ".join(moved), progressed=True)
+        return verdict(State.STALLED, "work present and no progress signal moved")
+    if moved or completed:
+        return verdict(
+            State.IDLE,
+            "no work; requests completed since the last read",
+            progressed=True,
+            completed=completed,
+        )
+    return verdict(State.IDLE, "no work and nothing completed", probe_needed=True)
+
+
+def _rate(previous: Reading, current: Reading, field: str) -> float | None:
+    elapsed = current.taken_at - previous.taken_at
+    if elapsed <= 0:
+        return None
+    before = previous.engine_map()
+    total = 0.0
+    found = False
+    for engine in current.engines:
+        old = before.get(engine.key)
+        if old is None:
+            continue
+        new_value, old_value = getattr(engine, field), getattr(old, field)
+        if new_value is None or old_value is None:
+            continue
+        total += new_value - old_value
+        found = True
+    return total / elapsed if found else None
+
+
+def classify(previous: Reading | None, current: Reading) -> Verdict:
+    """The server's state from its previous read (same process or not) and this one."""
+    running, waiting = current.running, current.waiting
+    if not current.has_engines:
+        return Verdict(State.NO_METRICS, "reachable, but no engine series")
+    if previous is not None and previous.has_engines:
+        evidence = restart_evidence(previous, current)
+        if evidence is not None:
+            has_work = (running or 0.0) + (waiting or 0.0) > 0
+            return Verdict(
+                State.RESTARTED,
+                f"new process: {evidence}",
+                restart_detected=True,
+                probe_needed=not has_work,
+                running=running,
+                waiting=waiting,
+            )
+    before = previous.engine_map() if previous is not None and previous.has_engines else {}
+    engine_verdicts = tuple(classify_engine(before.get(e.key), e) for e in current.engines)
+    worst = max(engine_verdicts, key=lambda v: _ENGINE_SEVERITY[v.state])
+    any_work = any(v.state in (State.BUSY, State.STALLED, State.UNKNOWN) for v in engine_verdicts)
+    probe_needed = not any_work and any(v.probe_needed for v in engine_verdicts)
+    if probe_needed:
+        state, reason = State.IDLE, "no work and nothing completed: an idle test request decides"
+    else:
+        state, reason = worst.state, worst.reason
+        if len(engine_verdicts) > 1:
+            reason = f"engine {worst.engine}: {reason}"
+    rates_from = previous if previous is not None and previous.has_engines else None
+    return Verdict(
+        state=state,
+        reason=reason,
+        steps_per_second=_rate(rates_from, current, "steps") if rates_from else None,
+        tokens_per_second=_rate(rates_from, current, "generation_tokens") if rates_from else None,
+        progressed=any(v.progressed for v in engine_verdicts),
+        probe_needed=probe_needed,
+        engines=engine_verdicts,
+        running=running,
+        waiting=waiting,
+    )
+
+
+def with_probe_result(verdict: Verdict, succeeded: bool, detail: str) -> Verdict:
+    """Settle a verdict that waited for an idle test request."""
+    if not verdict.probe_needed:
+        return verdict
+    if verdict.state == State.RESTARTED:
+        reason = f"{verdict.reason}; test request: {detail}"
+        return replace(verdict, probe_needed=False, reason=reason)
+    if succeeded:
+        return replace(verdict, state=State.IDLE, probe_needed=False, reason=f"idle: {detail}")
+    return replace(
+        verdict,
+        state=State.UNRESPONSIVE,
+        probe_needed=False,
+        reason=f"no work, nothing completed, and the test request failed: {detail}",
+    )

@@ -1,0 +1,71 @@
+"""What the exporter remembers about a target between polls: pure, `now` passed in."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+
+from exporter.classify import State, Verdict
+from exporter.reading import Reading
+
+_NO_ERRORS: Mapping[str, int] = MappingProxyType({})
+
+
+@dataclass(frozen=True)
+class PollOutcome:
+    """Everything one poll produced, as data."""
+
+    verdict: Verdict
+    reading: Reading | None
+    finished_at: float
+    duration_seconds: float
+    probes_sent: int = 0
+    probes_failed: int = 0
+    error_reason: str | None = None
+
+
+@dataclass(frozen=True)
+class TargetHistory:
+    """The running record of one target, advanced by one poll at a time."""
+
+    verdict: Verdict | None = None
+    baseline: Reading | None = None
+    state_polls: int = 0
+    last_progress_at: float | None = None
+    last_poll_at: float | None = None
+    last_poll_duration_seconds: float | None = None
+    polls: int = 0
+    restarts_detected: int = 0
+    probe_requests: int = 0
+    probe_failures: int = 0
+    poll_errors: Mapping[str, int] = field(default=_NO_ERRORS)
+
+    @property
+    def state(self) -> State | None:
+        return self.verdict.state if self.verdict is not None else None
+
+    def advance(self, outcome: PollOutcome) -> TargetHistory:
+        verdict = outcome.verdict
+        same_state = self.verdict is not None and self.verdict.state == verdict.state
+        errors = dict(self.poll_errors)
+        if outcome.error_reason is not None:
+            errors[outcome.error_reason] = errors.get(outcome.error_reason, 0) + 1
+        proven_idle = verdict.state == State.IDLE and not verdict.probe_needed
+        shows_life = verdict.progressed or proven_idle
+        return replace(
+            self,
+            verdict=verdict,
+            # A down server keeps the last baseline, so the next read can still tell a
+            # restart (new start time) from a process that merely stopped answering.
+            baseline=outcome.reading if outcome.reading is not None else self.baseline,
+            state_polls=self.state_polls + 1 if same_state else 1,
+            last_progress_at=outcome.finished_at if shows_life else self.last_progress_at,
+            last_poll_at=outcome.finished_at,
+            last_poll_duration_seconds=outcome.duration_seconds,
+            polls=self.polls + 1,
+            restarts_detected=self.restarts_detected + (1 if verdict.restart_detected else 0),
+            probe_requests=self.probe_requests + outcome.probes_sent,
+            probe_failures=self.probe_failures + outcome.probes_failed,
+            poll_errors=MappingProxyType(errors),
+        )

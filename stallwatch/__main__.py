@@ -1,0 +1,3 @@
+from stallwatch.cli import main
+
+raise SystemExit(main())

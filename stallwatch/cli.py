@@ -1,0 +1,58 @@
+"""The `stallwatch` command: one entry point, one subcommand per component.
+
+Each component owns its subcommand in a `cli` module with a `register(subparsers)` function
+that adds its parser and sets `handler` to a function taking the parsed arguments and
+returning the process exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from stallwatch import __version__
+
+# Order is the order shown in --help.
+SUBCOMMAND_MODULES: tuple[str, ...] = (
+    "exporter.cli",
+    "exporter.check_cli",
+    "restarter.cli",
+    "simulator.cli",
+    "stallwatch.demo_cli",
+    "stallwatch.replay_cli",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="stallwatch",
+        description=(
+            "Keep LLM model servers up without using what the health check guards: "
+            "read each server's own counters, send a test request only to an idle server, "
+            "restart only a server that is shown to be stuck."
+        ),
+    )
+    parser.add_argument("--version", action="version", version=f"stallwatch {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for module_name in SUBCOMMAND_MODULES:
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as error:
+            if error.name != module_name:
+                raise
+            continue  # a component that is not part of this build
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    code: int = args.handler(args)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
