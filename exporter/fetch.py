@@ -1,0 +1,162 @@
+"""The exporter's only network I/O: read `/metrics`, ask `/v1/models`, send the idle test request.
+
+Each function takes the process's one `aiohttp.ClientSession`, has a timeout and a body-size
+cap, and returns a result object instead of raising for the failures a server can produce.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import aiohttp
+
+from exporter.reading import Reading, parse_reading, with_start_marker
+from stallwatch import USER_AGENT
+
+DEFAULT_MAX_BYTES = 8 * 1024 * 1024
+# llama.cpp sends its process start (monotonic microseconds) in this header of /metrics.
+START_MARKER_HEADER = "Process-Start-Time-Unix"
+
+ProbeEndpoint = Literal["completions", "chat"]
+ErrorReason = Literal["timeout", "connection", "http_status", "too_large", "parse"]
+
+
+@dataclass(frozen=True)
+class ReadResult:
+    """A reading, or why there is none."""
+
+    reading: Reading | None
+    error_reason: ErrorReason | None = None
+    detail: str = ""
+    status: int | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.reading is not None
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    succeeded: bool
+    detail: str
+
+
+def default_headers() -> dict[str, str]:
+    return {"User-Agent": USER_AGENT}
+
+
+def join_url(base: str, path: str) -> str:
+    return base.rstrip("/") + path
+
+
+async def _read_body(response: aiohttp.ClientResponse, max_bytes: int) -> bytes | None:
+    """The body, or None when it is larger than `max_bytes`."""
+    declared = response.content_length
+    if declared is not None and declared > max_bytes:
+        return None
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in response.content.iter_chunked(64 * 1024):
+        size += len(chunk)
+        if size > max_bytes:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def read_metrics(
+    session: aiohttp.ClientSession,
+    url: str,
+    *,
+    timeout: float,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    now: float | None = None,
+) -> ReadResult:
+    """GET `url` (a full `/metrics` URL) and parse it into a Reading taken at `now`."""
+    try:
+        async with session.get(
+            url,
+            headers=default_headers(),
+            timeout=aiohttp.ClientTimeout(total=timeout),
+            allow_redirects=False,
+        ) as response:
+            if response.status != 200:
+                return ReadResult(
+                    None, "http_status", f"HTTP {response.status}", status=response.status
+                )
+            body = await _read_body(response, max_bytes)
+            marker = response.headers.get(START_MARKER_HEADER)
+    except TimeoutError:
+        return ReadResult(None, "timeout", f"no answer within {timeout:g} s")
+    except aiohttp.ClientError as error:
+        return ReadResult(None, "connection", f"{type(error).__name__}: {error}")
+    if body is None:
+        return ReadResult(None, "too_large", f"payload larger than {max_bytes} bytes")
+    text = body.decode("utf-8", errors="replace")
+    taken_at = time.time() if now is None else now
+    reading = with_start_marker(parse_reading(text, taken_at=taken_at), marker)
+    return ReadResult(reading)
+
+
+async def models_answer(session: aiohttp.ClientSession, base_url: str, *, timeout: float) -> bool:
+    """Whether `GET /v1/models` answers 200 with a model list (touches no engine)."""
+    try:
+        async with session.get(
+            join_url(base_url, "/v1/models"),
+            headers=default_headers(),
+            timeout=aiohttp.ClientTimeout(total=timeout),
+        ) as response:
+            if response.status != 200:
+                return False
+            body = await _read_body(response, 1024 * 1024)
+    except (TimeoutError, aiohttp.ClientError):
+        return False
+    return body is not None and b'"data"' in body
+
+
+def probe_request(
+    model: str, endpoint: Literal["completions", "chat"]
+) -> tuple[str, dict[str, Any]]:
+    """The path and JSON body of the smallest request that proves the engine answers."""
+    if endpoint == "chat":
+        return "/v1/chat/completions", {
+            "model": model,
+            "messages": [{"role": "user", "content": "ping"}],
+            "max_tokens": 1,
+            "temperature": 0,
+        }
+    return "/v1/completions", {"model": model, "prompt": "ping", "max_tokens": 1, "temperature": 0}
+
+
+async def send_probe(
+    session: aiohttp.ClientSession,
+    base_url: str,
+    *,
+    model: str,
+    endpoint: ProbeEndpoint,
+    timeout: float,
+) -> ProbeResult:
+    """Send one `max_tokens: 1` request. Only ever called for a server with no work."""
+    path, body = probe_request(model, endpoint)
+    started = time.monotonic()
+    try:
+        async with session.post(
+            join_url(base_url, path),
+            json=body,
+            headers=default_headers(),
+            timeout=aiohttp.ClientTimeout(total=timeout),
+        ) as response:
+            answer = await _read_body(response, 1024 * 1024)
+            status = response.status
+    except TimeoutError:
+        return ProbeResult(False, f"no answer within {timeout:g} s")
+    except aiohttp.ClientError as error:
+        return ProbeResult(False, f"{type(error).__name__}: {error}")
+    elapsed = time.monotonic() - started
+    if status != 200:
+        return ProbeResult(False, f"HTTP {status}")
+    if answer is None or b'"choices"' not in answer:
+        return ProbeResult(False, "answer without choices")
+    return ProbeResult(True, f"answered in {elapsed:.2f} s")
