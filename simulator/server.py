@@ -1,0 +1,668 @@
+"""The simulated vLLM 0.32 OpenAI-compatible API server (aiohttp), with fault injection.
+
+`SimServer(config)` owns the engines, the HTTP app and (when started with `start`) the
+listening socket. `build_app(config)` returns just the application for callers that run it
+themselves (then a `crash` fault marks the engine dead but cannot close the socket).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import logging
+import random
+import time
+import uuid
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from simulator.engine import Engine, EngineConfig, SimRequest, TokenEvent
+from simulator.metrics import CONTENT_TYPE, EngineView, RenderOptions, load_families, render_payload
+
+log = logging.getLogger(__name__)
+
+VLLM_VERSION = "0.32.0"
+RESTART_MESSAGE = "cannot schedule new futures after shutdown"
+ENGINE_DEAD_MESSAGE = "EngineCore encountered an issue. See stack trace (above) for the root cause."
+FAULTS = ("hang", "hang_before_update", "crash", "restart", "slow", "recover")
+_WORDS = ("the", "model", "server", "token", "slot", "queue", "batch", "step", "cache", "prompt")
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """How the simulated server is configured (mirrors `vllm serve` flags where they exist)."""
+
+    model: str = "tiny"
+    max_num_seqs: int = 8
+    max_num_batched_tokens: int = 2048
+    tokens_per_second: float = 200.0
+    prefill_tokens_per_second: float = 100_000.0
+    max_model_len: int = 2048
+    kv_cache_tokens: int = 1_048_576
+    api_server_count: int = 1
+    data_parallel_size: int = 1
+    metrics_enabled: bool = True
+    seed: int = 0
+    tick_seconds: float = 0.005
+    eos_probability: float = 0.0
+
+    def engine_config(self) -> EngineConfig:
+        return EngineConfig(
+            max_num_seqs=self.max_num_seqs,
+            max_num_batched_tokens=self.max_num_batched_tokens,
+            tokens_per_second=self.tokens_per_second,
+            prefill_tokens_per_second=self.prefill_tokens_per_second,
+            kv_cache_tokens=self.kv_cache_tokens,
+            eos_probability=self.eos_probability,
+            max_model_len=self.max_model_len,
+        )
+
+
+class RequestFailed(Exception):
+    """The engine failed a request in flight; carries vLLM's HTTP status and error type."""
+
+    def __init__(self, status: int, error_type: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.error_type = error_type
+        self.message = message
+
+
+@dataclass
+class _InFlight:
+    engine_index: int
+    events: asyncio.Queue[TokenEvent | RequestFailed] = field(default_factory=asyncio.Queue)
+
+
+def error_response(
+    message: str, error_type: str, status: int, param: str | None = None
+) -> web.Response:
+    """vLLM's `ErrorResponse` body: `{"error": {"message", "type", "param", "code"}}`."""
+    body = {"error": {"message": message, "type": error_type, "param": param, "code": status}}
+    return web.json_response(body, status=status)
+
+
+def count_prompt_tokens(text: str) -> int:
+    """The simulator's tokenizer: one token per whitespace-separated word (at least one)."""
+    return max(1, len(text.split()))
+
+
+class SimServer:
+    """A simulated vLLM server: engines, HTTP handlers, faults, and its own listening socket."""
+
+    def __init__(self, config: SimConfig, clock: Callable[[], float] = time.time) -> None:
+        self.config = config
+        self.clock = clock
+        self.app = web.Application()
+        self.app[SIM_SERVER_KEY] = self
+        self._add_routes()
+        self.app.on_startup.append(self._on_startup)
+        self.app.on_cleanup.append(self._on_cleanup)
+        self._rng = random.Random(config.seed)
+        self._ids = itertools.count(1)
+        self._rr = itertools.count()
+        self._in_flight: dict[str, _InFlight] = {}
+        self._ticker: asyncio.Task[None] | None = None
+        self._background: set[asyncio.Task[None]] = set()
+        self._runner: web.AppRunner | None = None
+        self._site: web.TCPSite | None = None
+        self.host = "127.0.0.1"
+        self.port = 0
+        self.crashed = asyncio.Event()
+        self.completions_by_user_agent: Counter[str] = Counter()
+        self.requests_total = 0
+        self.fault: str | None = None
+        self.hung = False
+        self.dead = False
+        self.down_until = 0.0
+        self.engines: list[Engine] = []
+        self.start_time = 0.0
+        self._boot()
+
+    # --- lifecycle ----------------------------------------------------------------------
+
+    def _boot(self) -> None:
+        """(Re)create the engines: every counter starts at zero, a new process start time."""
+        now = self.clock()
+        self.start_time = now
+        families = load_families()
+        self.engines = [
+            Engine(self.config.engine_config(), families, now, seed=self.config.seed + index)
+            for index in range(self.config.data_parallel_size)
+        ]
+        if self.config.api_server_count > 1:
+            # Multiprocess mode: the "mostrecent" gauges have no sample until the first stats.
+            for engine in self.engines:
+                for name in (
+                    "vllm:num_requests_running",
+                    "vllm:num_requests_waiting",
+                    "vllm:kv_cache_usage_perc",
+                ):
+                    engine.stats.gauges[name] = None
+        self.completions_by_user_agent.clear()
+        self.requests_total = 0
+        self.fault = None
+        self.hung = False
+        self.dead = False
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
+        """Listen on host:port (0 = a free port); return the base URL."""
+        self._runner = web.AppRunner(self.app, shutdown_timeout=2.0)
+        await self._runner.setup()
+        self._site = web.TCPSite(self._runner, host, port)
+        await self._site.start()
+        self.host = host
+        self.port = self._bound_port()
+        return self.url
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def _bound_port(self) -> int:
+        assert self._runner is not None
+        for address in self._runner.addresses:
+            if isinstance(address, tuple):
+                return int(address[1])
+        raise RuntimeError("the simulator is not listening on a TCP port")
+
+    async def stop(self) -> None:
+        """Stop listening and release everything; safe to call more than once."""
+        runner, self._runner, self._site = self._runner, None, None
+        if runner is not None:
+            await runner.cleanup()
+        for task in list(self._background):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _on_startup(self, app: web.Application) -> None:
+        self._ticker = asyncio.create_task(self._tick_forever())
+
+    async def _on_cleanup(self, app: web.Application) -> None:
+        self._fail_all(RequestFailed(500, "InternalServerError", ENGINE_DEAD_MESSAGE))
+        if self._ticker is not None:
+            self._ticker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._ticker
+            self._ticker = None
+
+    async def _tick_forever(self) -> None:
+        while True:
+            self.tick(self.clock())
+            await asyncio.sleep(self.config.tick_seconds)
+
+    def tick(self, now: float) -> None:
+        """Advance every engine to `now` (unless hung, asleep or dead) and deliver outputs."""
+        if self.hung or self.dead:
+            return
+        for engine in self.engines:
+            if engine.sleep_level:
+                continue
+            for event in engine.advance_to(now):
+                in_flight = self._in_flight.get(event.request_id)
+                if in_flight is not None:
+                    in_flight.events.put_nowait(event)
+
+    def _fail_all(self, failure: RequestFailed) -> None:
+        for in_flight in self._in_flight.values():
+            in_flight.events.put_nowait(failure)
+        self._in_flight.clear()
+
+    def _spawn(self, coroutine: Any) -> None:
+        task: asyncio.Task[None] = asyncio.create_task(coroutine)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    # --- faults -------------------------------------------------------------------------
+
+    def apply_fault(self, fault: str, options: dict[str, Any]) -> str:
+        """Apply a fault by name; returns a short description. Raises ValueError if invalid."""
+        now = self.clock()
+        if fault == "hang":
+            self.hung = True
+        elif fault == "hang_before_update":
+            self.hung = True
+            for engine in self.engines:
+                engine.freeze_gauges_at_zero()
+        elif fault == "slow":
+            speed = options.get("tokens_per_second")
+            if not isinstance(speed, int | float) or isinstance(speed, bool) or speed <= 0:
+                raise ValueError("fault 'slow' needs a positive number 'tokens_per_second'")
+            for engine in self.engines:
+                engine.tokens_per_second = float(speed)
+        elif fault == "recover":
+            self.hung = False
+            for engine in self.engines:
+                engine.tokens_per_second = self.config.tokens_per_second
+                engine.next_step_at = now
+            self.fault = None
+            return "recovered"
+        elif fault == "crash":
+            self.dead = True
+            self._fail_all(RequestFailed(500, "InternalServerError", ENGINE_DEAD_MESSAGE))
+            self._spawn(self._crash())
+        elif fault == "restart":
+            downtime = options.get("downtime_seconds", 0)
+            if not isinstance(downtime, int | float) or isinstance(downtime, bool) or downtime < 0:
+                raise ValueError("'downtime_seconds' must be a number >= 0")
+            self._fail_all(RequestFailed(500, "InternalServerError", RESTART_MESSAGE))
+            self._boot()
+            if downtime > 0:
+                self.down_until = now + float(downtime)
+                self._spawn(self._close_port_for(float(downtime)))
+            return "restarted"
+        else:
+            raise ValueError(f"unknown fault {fault!r}; known faults: {', '.join(FAULTS)}")
+        self.fault = fault
+        return fault
+
+    async def _crash(self) -> None:
+        await asyncio.sleep(0.05)  # let the fault request and failed requests be answered
+        runner, self._runner, self._site = self._runner, None, None
+        if runner is not None:
+            await runner.cleanup()
+        self.crashed.set()
+
+    async def _close_port_for(self, seconds: float) -> None:
+        await asyncio.sleep(0.05)
+        if self._site is None or self._runner is None:
+            return  # not our socket: /health answers 503 until the downtime ends
+        await self._site.stop()
+        await asyncio.sleep(seconds)
+        if self._runner is not None:
+            self._site = web.TCPSite(self._runner, self.host, self.port)
+            await self._site.start()
+
+    # --- routes -------------------------------------------------------------------------
+
+    def _add_routes(self) -> None:
+        self.app.router.add_get("/health", self.handle_health)
+        self.app.router.add_get("/ping", self.handle_health)
+        self.app.router.add_get("/metrics", self.handle_metrics)
+        self.app.router.add_get("/v1/models", self.handle_models)
+        self.app.router.add_get("/version", self.handle_version)
+        self.app.router.add_get("/load", self.handle_load)
+        self.app.router.add_post("/v1/completions", self.handle_completions)
+        self.app.router.add_post("/v1/chat/completions", self.handle_chat_completions)
+        self.app.router.add_post("/sleep", self.handle_sleep)
+        self.app.router.add_post("/wake_up", self.handle_wake_up)
+        self.app.router.add_get("/is_sleeping", self.handle_is_sleeping)
+        self.app.router.add_post("/sim/fault", self.handle_fault)
+        self.app.router.add_get("/sim/stats", self.handle_stats)
+
+    def _unavailable(self) -> bool:
+        return self.dead or self.clock() < self.down_until
+
+    async def handle_health(self, request: web.Request) -> web.Response:
+        if self._unavailable():
+            return web.Response(status=503)
+        return web.Response(status=200)
+
+    async def handle_metrics(self, request: web.Request) -> web.Response:
+        views = [
+            EngineView(str(index), engine.stats, engine.sleep_level, self.config.kv_cache_tokens)
+            for index, engine in enumerate(self.engines)
+        ]
+        options = RenderOptions(
+            model_name=self.config.model,
+            multiprocess=self.config.api_server_count > 1,
+            vllm_metrics=self.config.metrics_enabled,
+            process_start_time=self.start_time,
+        )
+        body = render_payload(views, options).encode("utf-8")
+        response = web.Response(body=body)
+        response.headers["Content-Type"] = CONTENT_TYPE
+        return response
+
+    async def handle_models(self, request: web.Request) -> web.Response:
+        created = int(self.clock())
+        card = {
+            "id": self.config.model,
+            "object": "model",
+            "created": created,
+            "owned_by": "vllm",
+            "root": self.config.model,
+            "parent": None,
+            "max_model_len": self.config.max_model_len,
+            "permission": [
+                {
+                    "id": f"modelperm-{uuid.uuid4().hex}",
+                    "object": "model_permission",
+                    "created": created,
+                    "allow_create_engine": False,
+                    "allow_sampling": True,
+                    "allow_logprobs": True,
+                    "allow_search_indices": False,
+                    "allow_view": True,
+                    "allow_fine_tuning": False,
+                    "organization": "*",
+                    "group": None,
+                    "is_blocking": False,
+                }
+            ],
+        }
+        return web.json_response({"object": "list", "data": [card]})
+
+    async def handle_version(self, request: web.Request) -> web.Response:
+        return web.json_response({"version": VLLM_VERSION})
+
+    async def handle_load(self, request: web.Request) -> web.Response:
+        return web.json_response({"server_load": len(self._in_flight)})
+
+    async def handle_sleep(self, request: web.Request) -> web.Response:
+        try:
+            level = int(request.query.get("level", "1"))
+        except ValueError:
+            return error_response("level must be 1 or 2", "BadRequestError", 400, "level")
+        if level not in (1, 2):
+            return error_response("level must be 1 or 2", "BadRequestError", 400, "level")
+        for engine in self.engines:
+            engine.sleep_level = level
+        return web.Response(status=200)
+
+    async def handle_wake_up(self, request: web.Request) -> web.Response:
+        now = self.clock()
+        for engine in self.engines:
+            engine.sleep_level = 0
+            engine.next_step_at = max(engine.next_step_at, now)
+        return web.Response(status=200)
+
+    async def handle_is_sleeping(self, request: web.Request) -> web.Response:
+        return web.json_response({"is_sleeping": any(e.sleep_level for e in self.engines)})
+
+    async def handle_fault(self, request: web.Request) -> web.Response:
+        try:
+            body = await request.json()
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return error_response("body must be JSON", "BadRequestError", 400)
+        if not isinstance(body, dict) or not isinstance(body.get("fault"), str):
+            return error_response(
+                'body must be a JSON object with a string "fault"', "BadRequestError", 400, "fault"
+            )
+        try:
+            result = self.apply_fault(body["fault"], body)
+        except ValueError as error:
+            return error_response(str(error), "BadRequestError", 400, "fault")
+        log.info("fault applied: %s", result)
+        return web.json_response({"fault": result})
+
+    def stats(self) -> dict[str, Any]:
+        """The `/sim/stats` document (also handy in-process)."""
+        return {
+            "completions_by_user_agent": dict(self.completions_by_user_agent),
+            "requests_total": self.requests_total,
+            "in_flight": len(self._in_flight),
+            "running": sum(len(e.running) for e in self.engines),
+            "waiting": sum(len(e.waiting) for e in self.engines),
+            "fault": self.fault,
+            "dead": self.dead,
+            "sleeping": any(e.sleep_level for e in self.engines),
+            "start_time": self.start_time,
+            "engines": [{"steps": e.steps, "output_steps": e.output_steps} for e in self.engines],
+        }
+
+    async def handle_stats(self, request: web.Request) -> web.Response:
+        return web.json_response(self.stats())
+
+    # --- completions --------------------------------------------------------------------
+
+    async def handle_completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve_generation(request, chat=False)
+
+    async def handle_chat_completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve_generation(request, chat=True)
+
+    async def _serve_generation(self, request: web.Request, chat: bool) -> web.StreamResponse:
+        try:
+            body = await request.json()
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            return error_response(f"Invalid JSON body: {error}", "BadRequestError", 400)
+        if not isinstance(body, dict):
+            return error_response("Request body must be a JSON object", "BadRequestError", 400)
+        parsed = self._parse_generation(body, chat)
+        if isinstance(parsed, web.Response):
+            return parsed
+        prompt_tokens, max_tokens, ignore_eos, stream, include_usage = parsed
+        if self._unavailable():
+            return error_response(ENGINE_DEAD_MESSAGE, "InternalServerError", 500)
+        if any(engine.sleep_level for engine in self.engines):
+            return error_response(
+                "The engine is sleeping; call /wake_up before sending requests.",
+                "ServiceUnavailableError",
+                503,
+            )
+        self.requests_total += 1
+        self.completions_by_user_agent[request.headers.get("User-Agent", "")] += 1
+
+        prefix = "chatcmpl" if chat else "cmpl"
+        request_id = f"{prefix}-{uuid.uuid4().hex}"
+        engine_index = next(self._rr) % len(self.engines)
+        in_flight = _InFlight(engine_index)
+        self._in_flight[request_id] = in_flight
+        now = self.clock()
+        self.engines[engine_index].submit(
+            SimRequest(request_id, prompt_tokens, max_tokens, ignore_eos, now), now
+        )
+        meta = _ResponseMeta(request_id, int(now), self.config.model, chat, prompt_tokens)
+        try:
+            if stream:
+                return await self._stream(request, meta, in_flight, include_usage)
+            return await self._collect(meta, in_flight)
+        finally:
+            if self._in_flight.pop(request_id, None) is not None:
+                self.engines[engine_index].abort(request_id)
+
+    def _parse_generation(
+        self, body: dict[str, Any], chat: bool
+    ) -> tuple[int, int, bool, bool, bool] | web.Response:
+        model = body.get("model", self.config.model)
+        if model != self.config.model:
+            return error_response(
+                f"The model `{model}` does not exist.", "NotFoundError", 404, "model"
+            )
+        if chat:
+            messages = body.get("messages")
+            if not isinstance(messages, list) or not messages:
+                return error_response(
+                    "messages must be a non-empty list", "BadRequestError", 400, "messages"
+                )
+            text = " ".join(str(m.get("content", "")) for m in messages if isinstance(m, dict))
+        else:
+            prompt = body.get("prompt")
+            if isinstance(prompt, list) and all(isinstance(p, str) for p in prompt):
+                prompt = " ".join(prompt)
+            if not isinstance(prompt, str):
+                return error_response("prompt must be a string", "BadRequestError", 400, "prompt")
+            text = prompt
+        prompt_tokens = count_prompt_tokens(text)
+        default_max = 16 if not chat else self.config.max_model_len - prompt_tokens
+        max_tokens = body.get("max_completion_tokens", body.get("max_tokens", default_max))
+        if max_tokens is None:
+            max_tokens = default_max
+        if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
+            return error_response(
+                f"max_tokens must be at least 1, got {max_tokens}.",
+                "BadRequestError",
+                400,
+                "max_tokens",
+            )
+        if prompt_tokens + max_tokens > self.config.max_model_len:
+            return error_response(
+                f"This model's maximum context length is {self.config.max_model_len} tokens. "
+                f"However, you requested {prompt_tokens + max_tokens} tokens "
+                f"({prompt_tokens} in the messages, {max_tokens} in the completion). "
+                "Please reduce the length of the messages or completion.",
+                "BadRequestError",
+                400,
+                "max_tokens",
+            )
+        stream = bool(body.get("stream", False))
+        stream_options = body.get("stream_options")
+        include_usage = isinstance(stream_options, dict) and bool(
+            stream_options.get("include_usage")
+        )
+        return prompt_tokens, max_tokens, bool(body.get("ignore_eos", False)), stream, include_usage
+
+    def _words(self, count: int) -> str:
+        return "".join(" " + self._rng.choice(_WORDS) for _ in range(count))
+
+    async def _events(self, in_flight: _InFlight) -> AsyncIterator[TokenEvent]:
+        while True:
+            event = await in_flight.events.get()
+            if isinstance(event, RequestFailed):
+                raise event
+            yield event
+            if event.finish_reason is not None:
+                return
+
+    async def _collect(self, meta: _ResponseMeta, in_flight: _InFlight) -> web.Response:
+        generated = 0
+        finish_reason = "length"
+        try:
+            async for event in self._events(in_flight):
+                generated += event.new_tokens
+                if event.finish_reason is not None:
+                    finish_reason = event.finish_reason
+        except RequestFailed as failure:
+            return error_response(failure.message, failure.error_type, failure.status)
+        text = self._words(generated)
+        return web.json_response(meta.full_response(text, finish_reason, generated))
+
+    async def _stream(
+        self,
+        request: web.Request,
+        meta: _ResponseMeta,
+        in_flight: _InFlight,
+        include_usage: bool,
+    ) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8"})
+        await response.prepare(request)
+
+        async def send(payload: dict[str, Any]) -> None:
+            await response.write(f"data: {json.dumps(payload)}\n\n".encode())
+
+        generated = 0
+        if meta.chat:
+            await send(meta.chunk({"role": "assistant", "content": ""}, None))
+        try:
+            async for event in self._events(in_flight):
+                generated += event.new_tokens
+                await send(meta.chunk(self._words(event.new_tokens), event.finish_reason))
+        except RequestFailed as failure:
+            error = {
+                "message": failure.message,
+                "type": failure.error_type,
+                "param": None,
+                "code": failure.status,
+            }
+            await send({"error": error})
+        else:
+            if include_usage:
+                await send(meta.usage_chunk(generated))
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
+
+
+@dataclass(frozen=True)
+class _ResponseMeta:
+    request_id: str
+    created: int
+    model: str
+    chat: bool
+    prompt_tokens: int
+
+    def usage(self, generated: int) -> dict[str, Any]:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "total_tokens": self.prompt_tokens + generated,
+            "completion_tokens": generated,
+            "prompt_tokens_details": None,
+        }
+
+    def full_response(self, text: str, finish_reason: str, generated: int) -> dict[str, Any]:
+        choice: dict[str, Any]
+        if self.chat:
+            choice = {
+                "index": 0,
+                "message": {
+                    "role": "assistant",
+                    "content": text,
+                    "refusal": None,
+                    "annotations": None,
+                    "audio": None,
+                    "function_call": None,
+                    "tool_calls": [],
+                    "reasoning_content": None,
+                },
+                "logprobs": None,
+                "finish_reason": finish_reason,
+                "stop_reason": None,
+            }
+        else:
+            choice = {
+                "index": 0,
+                "text": text,
+                "logprobs": None,
+                "finish_reason": finish_reason,
+                "stop_reason": None,
+                "prompt_logprobs": None,
+            }
+        return {
+            "id": self.request_id,
+            "object": "chat.completion" if self.chat else "text_completion",
+            "created": self.created,
+            "model": self.model,
+            "choices": [choice],
+            "service_tier": None,
+            "system_fingerprint": None,
+            "usage": self.usage(generated),
+            "prompt_logprobs": None,
+            "kv_transfer_params": None,
+        }
+
+    def chunk(self, content: str | dict[str, str], finish_reason: str | None) -> dict[str, Any]:
+        choice: dict[str, Any]
+        if self.chat:
+            delta = content if isinstance(content, dict) else {"content": content}
+            choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+        else:
+            choice = {
+                "index": 0,
+                "text": content,
+                "logprobs": None,
+                "finish_reason": finish_reason,
+                "stop_reason": None,
+            }
+        return {
+            "id": self.request_id,
+            "object": "chat.completion.chunk" if self.chat else "text_completion",
+            "created": self.created,
+            "model": self.model,
+            "choices": [choice],
+        }
+
+    def usage_chunk(self, generated: int) -> dict[str, Any]:
+        return {
+            "id": self.request_id,
+            "object": "chat.completion.chunk" if self.chat else "text_completion",
+            "created": self.created,
+            "model": self.model,
+            "choices": [],
+            "usage": self.usage(generated),
+        }
+
+
+SIM_SERVER_KEY = web.AppKey("sim_server", SimServer)
+
+
+def build_app(config: SimConfig) -> web.Application:
+    """A ready aiohttp application simulating vLLM; `app[SIM_SERVER_KEY]` is its SimServer."""
+    return SimServer(config).app
