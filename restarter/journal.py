@@ -1,0 +1,222 @@
+"""The journal: every decision the restarter makes, durably, in SQLite.
+
+Cooldowns, budgets, duplicates and fleet windows are all computed from it, so they survive a
+restart of the restarter. Writes are small and synchronous (one row, one commit), made in
+the event loop thread before the webhook answers: no other coroutine can run between
+reading the history and writing the decision that depends on it.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from restarter.payload import Alert
+from restarter.policy import Decision, History, PastDecision, PastRestart
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS journal (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    time REAL NOT NULL,
+    target TEXT NOT NULL,
+    alertname TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    starts_at TEXT NOT NULL,
+    decision TEXT NOT NULL,          -- restart | skip | resolved | action_result
+    reason TEXT NOT NULL,            -- skip reason; on action_result rows the result
+    detail TEXT NOT NULL,
+    result TEXT,                     -- action_result rows: success | failure | timeout
+    duration_seconds REAL,           -- action_result rows
+    restart_id INTEGER,              -- action_result rows: the restart row they finish
+    receiver TEXT NOT NULL DEFAULT '',
+    external_url TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX IF NOT EXISTS journal_alert ON journal (fingerprint, starts_at);
+CREATE INDEX IF NOT EXISTS journal_decision_time ON journal (decision, time);
+CREATE INDEX IF NOT EXISTS journal_restart_id ON journal (restart_id);
+"""
+
+COLUMNS = (
+    "id",
+    "time",
+    "target",
+    "alertname",
+    "fingerprint",
+    "starts_at",
+    "decision",
+    "reason",
+    "detail",
+    "result",
+    "duration_seconds",
+    "restart_id",
+    "receiver",
+    "external_url",
+)
+
+# A restart, or in dry-run mode a restart that would have happened.
+_RESTART_LIKE = (
+    "(d.decision = 'restart' OR (:dry_run AND d.decision = 'skip' AND d.reason = 'dry_run'))"
+)
+
+
+@dataclass(frozen=True)
+class JournalEntry:
+    id: int
+    time: float
+    target: str
+    alertname: str
+    fingerprint: str
+    starts_at: str
+    decision: str
+    reason: str
+    detail: str
+    result: str | None
+    duration_seconds: float | None
+    restart_id: int | None
+    receiver: str
+    external_url: str
+
+    def as_json(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in COLUMNS}
+
+
+class Journal:
+    def __init__(self, connection: sqlite3.Connection) -> None:
+        self._db = connection
+
+    @classmethod
+    def open(cls, path: str | Path) -> Journal:
+        """Open (creating if needed) the journal at `path`."""
+        file = Path(path)
+        file.parent.mkdir(parents=True, exist_ok=True)
+        connection = sqlite3.connect(str(file), isolation_level=None, check_same_thread=False)
+        connection.execute("PRAGMA journal_mode=WAL")
+        connection.execute("PRAGMA synchronous=FULL")
+        connection.execute("PRAGMA busy_timeout=5000")
+        connection.executescript(SCHEMA)
+        return cls(connection)
+
+    @classmethod
+    def open_read_only(cls, path: str | Path) -> Journal:
+        file = Path(path)
+        if not file.is_file():
+            raise FileNotFoundError(f"no journal at {file}")
+        connection = sqlite3.connect(f"{file.resolve().as_uri()}?mode=ro", uri=True)
+        return cls(connection)
+
+    def close(self) -> None:
+        self._db.close()
+
+    def _insert(self, values: dict[str, Any]) -> int:
+        names = ", ".join(values)
+        marks = ", ".join(f":{name}" for name in values)
+        cursor = self._db.execute(f"INSERT INTO journal ({names}) VALUES ({marks})", values)
+        row_id = cursor.lastrowid
+        assert row_id is not None
+        return row_id
+
+    def record_decision(
+        self,
+        alert: Alert,
+        decision: Decision | None,
+        now: float,
+        *,
+        receiver: str = "",
+        external_url: str = "",
+    ) -> int:
+        """Write one decision (None: a resolved alert, journaled and not acted on)."""
+        return self._insert(
+            {
+                "time": now,
+                "target": alert.target or "",
+                "alertname": alert.alertname,
+                "fingerprint": alert.fingerprint,
+                "starts_at": alert.starts_at,
+                "decision": "resolved" if decision is None else decision.action,
+                "reason": "resolved" if decision is None else decision.reason,
+                "detail": "" if decision is None else decision.detail,
+                "receiver": receiver,
+                "external_url": external_url,
+            }
+        )
+
+    def record_action_result(
+        self, restart_id: int, result: str, detail: str, duration: float, now: float
+    ) -> int:
+        """Write the outcome of the action started by restart row `restart_id`."""
+        row = self._db.execute(
+            "SELECT target, alertname, fingerprint, starts_at, receiver, external_url "
+            "FROM journal WHERE id = ?",
+            (restart_id,),
+        ).fetchone()
+        if row is None:
+            raise KeyError(f"no journal row {restart_id}")
+        target, alertname, fingerprint, starts_at, receiver, external_url = row
+        return self._insert(
+            {
+                "time": now,
+                "target": target,
+                "alertname": alertname,
+                "fingerprint": fingerprint,
+                "starts_at": starts_at,
+                "decision": "action_result",
+                "reason": result,
+                "detail": detail,
+                "result": result,
+                "duration_seconds": duration,
+                "restart_id": restart_id,
+                "receiver": receiver,
+                "external_url": external_url,
+            }
+        )
+
+    def restarts_since(self, since: float, *, dry_run: bool = False) -> tuple[PastRestart, ...]:
+        """Restarts decided after `since`, each with the time its action finished (if it has)."""
+        rows = self._db.execute(
+            "SELECT d.target, d.time, "
+            "CASE WHEN d.decision = 'skip' THEN d.time ELSE r.time END "
+            "FROM journal d LEFT JOIN journal r "
+            "ON r.restart_id = d.id AND r.decision = 'action_result' "
+            f"WHERE {_RESTART_LIKE} AND d.time > :since ORDER BY d.time",
+            {"since": since, "dry_run": dry_run},
+        ).fetchall()
+        return tuple(PastRestart(target, decided, finished) for target, decided, finished in rows)
+
+    def history(self, alert: Alert, *, since: float, dry_run: bool = False) -> History:
+        """What `policy.decide` needs to judge `alert`."""
+        same = self._db.execute(
+            "SELECT time, decision, reason FROM journal "
+            "WHERE fingerprint = ? AND starts_at = ? AND decision IN ('restart', 'skip') "
+            "ORDER BY time",
+            (alert.fingerprint, alert.starts_at),
+        ).fetchall()
+        return History(
+            restarts=self.restarts_since(since, dry_run=dry_run),
+            same_alert=tuple(PastDecision(time, action, reason) for time, action, reason in same),
+        )
+
+    def last_restart_times(self, *, dry_run: bool = False) -> dict[str, float]:
+        """The time of each target's latest restart decision."""
+        rows = self._db.execute(
+            f"SELECT d.target, MAX(d.time) FROM journal d WHERE {_RESTART_LIKE} GROUP BY d.target",
+            {"dry_run": dry_run},
+        ).fetchall()
+        return {target: time for target, time in rows}
+
+    def recent(self, limit: int) -> list[JournalEntry]:
+        """The latest `limit` rows, newest first."""
+        rows = self._db.execute(
+            f"SELECT {', '.join(COLUMNS)} FROM journal ORDER BY id DESC LIMIT ?", (limit,)
+        ).fetchall()
+        return [JournalEntry(*row) for row in rows]
+
+    def count(self, **equal: str) -> int:
+        """Rows whose columns equal the given values (for tests and tooling)."""
+        for name in equal:
+            if name not in COLUMNS:
+                raise ValueError(f"unknown column {name}")
+        where = " AND ".join(f"{name} = :{name}" for name in equal) or "1"
+        row = self._db.execute(f"SELECT COUNT(*) FROM journal WHERE {where}", equal).fetchone()
+        return int(row[0])

@@ -1,0 +1,207 @@
+"""Whether a firing alert may restart its target: the restart policy, as pure code.
+
+`decide` runs the cheap checks in order (restart alert, target label, allow-list, duplicate,
+cooldown, budget, fleet limits) against a `History` read from the journal. Only when they
+all pass does the caller spend two reads of the target on a confirmation, then
+`with_confirmation` turns that into the final decision (confirmed, then dry run).
+No I/O and no clock: `now` is passed in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from exporter.confirm import Confirmation
+from restarter.config import RestarterConfig
+from restarter.payload import Alert
+
+SkipReason = Literal[
+    "not_restart_alert",
+    "no_target_label",
+    "unknown_target",
+    "duplicate",
+    "cooldown",
+    "budget_exhausted",
+    "fleet_in_flight",
+    "fleet_window",
+    "not_confirmed_progress",
+    "not_confirmed_idle",
+    "not_confirmed_down",
+    "not_confirmed_error",
+    "dry_run",
+]
+SKIP_REASONS: tuple[SkipReason, ...] = (
+    "not_restart_alert",
+    "no_target_label",
+    "unknown_target",
+    "duplicate",
+    "cooldown",
+    "budget_exhausted",
+    "fleet_in_flight",
+    "fleet_window",
+    "not_confirmed_progress",
+    "not_confirmed_idle",
+    "not_confirmed_down",
+    "not_confirmed_error",
+    "dry_run",
+)
+NOT_CONFIRMED: frozenset[str] = frozenset(r for r in SKIP_REASONS if r.startswith("not_confirmed"))
+
+_REFUSAL_REASONS: dict[str, SkipReason] = {
+    "progress": "not_confirmed_progress",
+    "idle": "not_confirmed_idle",
+    "down": "not_confirmed_down",
+    "error": "not_confirmed_error",
+}
+
+# The reason of a restart decision whose cheap checks passed, before the confirmation.
+CHECKS_PASSED = "checks_passed"
+CONFIRMED = "confirmed"
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: Literal["restart", "skip"]
+    reason: str
+    detail: str
+
+    @property
+    def restarts(self) -> bool:
+        return self.action == "restart"
+
+
+@dataclass(frozen=True)
+class PastRestart:
+    """A restart decided earlier (or, in dry-run mode, one that would have been)."""
+
+    target: str
+    decided_at: float
+    finished_at: float | None = None
+
+    @property
+    def settled_at(self) -> float:
+        """When the cooldown starts: the end of the action if known, else the decision."""
+        return (
+            self.decided_at if self.finished_at is None else max(self.decided_at, self.finished_at)
+        )
+
+
+@dataclass(frozen=True)
+class PastDecision:
+    """An earlier decision about the same alert episode (same fingerprint and startsAt)."""
+
+    decided_at: float
+    action: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class History:
+    """What the journal knows that the policy needs.
+
+    `restarts`: every target's restarts decided since the longest window the policy looks at.
+    `same_alert`: earlier decisions about this alert's fingerprint and startsAt.
+    """
+
+    restarts: tuple[PastRestart, ...] = ()
+    same_alert: tuple[PastDecision, ...] = ()
+
+
+def lookback_seconds(config: RestarterConfig) -> float:
+    """How far back the journal must be read for `decide` to see everything it uses."""
+    spans = [config.fleet_window.window]
+    for target in config.targets:
+        spans += [target.cooldown, target.budget.window, target.action_timeout]
+    return max(spans)
+
+
+def _skip(reason: SkipReason, detail: str) -> Decision:
+    return Decision("skip", reason, detail)
+
+
+def _in_flight(past: PastRestart, config: RestarterConfig, now: float) -> bool:
+    """Still running: no result yet, and younger than its action timeout (a restarter that
+    died mid-action left no result; its action cannot outlive the timeout)."""
+    if past.finished_at is not None:
+        return False
+    target = config.target(past.target)
+    limit = target.action_timeout if target else max(t.action_timeout for t in config.targets)
+    return now - past.decided_at < limit
+
+
+def decide(alert: Alert, config: RestarterConfig, history: History, now: float) -> Decision:
+    """The cheap checks for one firing alert: a skip, or a restart pending confirmation."""
+    if alert.alertname not in config.restart_alerts:
+        return _skip("not_restart_alert", f"alert {alert.alertname!r} is not a restart alert")
+    if alert.target is None:
+        return _skip("no_target_label", "the alert has no target label")
+    target = config.target(alert.target)
+    if target is None:
+        return _skip("unknown_target", f"target {alert.target!r} is not in the config")
+    for past in history.same_alert:
+        if past.action == "restart" or past.reason == "dry_run":
+            return _skip(
+                "duplicate",
+                f"this alert (fingerprint {alert.fingerprint}, startsAt {alert.starts_at}) "
+                f"was already acted on {now - past.decided_at:.0f} s ago",
+            )
+        if past.reason in NOT_CONFIRMED and now - past.decided_at < target.cooldown:
+            return _skip(
+                "duplicate",
+                f"this alert was refused by confirmation ({past.reason}) "
+                f"{now - past.decided_at:.0f} s ago; not re-checked within the cooldown",
+            )
+    own = [past for past in history.restarts if past.target == target.name]
+    if own:
+        last = max(own, key=lambda past: past.settled_at)
+        remaining = last.settled_at + target.cooldown - now
+        if remaining > 0:
+            return _skip(
+                "cooldown", f"restarted {now - last.decided_at:.0f} s ago; {remaining:.0f} s left"
+            )
+    in_budget = [past for past in own if past.decided_at > now - target.budget.window]
+    if len(in_budget) >= target.budget.max_restarts:
+        return _skip(
+            "budget_exhausted",
+            f"{len(in_budget)} restarts in the last {target.budget.window:g} s "
+            f"(budget {target.budget.max_restarts})",
+        )
+    in_flight = [past for past in history.restarts if _in_flight(past, config, now)]
+    if len(in_flight) >= config.max_in_flight:
+        running = ", ".join(sorted({past.target for past in in_flight}))
+        return _skip(
+            "fleet_in_flight",
+            f"{len(in_flight)} restart(s) in flight ({running}); limit {config.max_in_flight}",
+        )
+    window = config.fleet_window
+    others = {
+        past.target
+        for past in history.restarts
+        if past.decided_at > now - window.window and past.target != target.name
+    }
+    if len(others) >= window.max_targets:
+        return _skip(
+            "fleet_window",
+            f"{len(others)} other targets restarted in the last {window.window:g} s "
+            f"({', '.join(sorted(others))}); limit {window.max_targets}: "
+            "a stall on many servers at once points at the network or the exporter",
+        )
+    return Decision("restart", CHECKS_PASSED, "cheap checks passed; confirmation needed")
+
+
+def with_confirmation(
+    decision: Decision, alert: Alert, config: RestarterConfig, confirmation: Confirmation
+) -> Decision:
+    """The final decision once two fresh reads of the target have been judged."""
+    if not decision.restarts:
+        return decision
+    idle_is_the_stall = (
+        confirmation.refusal == "idle" and alert.alertname in config.confirm.idle_confirms
+    )
+    if not confirmation.confirmed and not idle_is_the_stall:
+        refusal = confirmation.refusal or "error"
+        return _skip(_REFUSAL_REASONS.get(refusal, "not_confirmed_error"), confirmation.detail)
+    if config.dry_run:
+        return _skip("dry_run", f"would restart: {confirmation.detail}")
+    return Decision("restart", CONFIRMED, confirmation.detail)

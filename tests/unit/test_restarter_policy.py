@@ -1,0 +1,276 @@
+"""The restart policy as a table: every skip reason, and the restart case."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from exporter.confirm import Confirmation
+from restarter.config import (
+    Budget,
+    CommandAction,
+    ConfirmSettings,
+    FleetWindow,
+    RestarterConfig,
+    Target,
+)
+from restarter.payload import Alert
+from restarter.policy import (
+    CHECKS_PASSED,
+    CONFIRMED,
+    SKIP_REASONS,
+    Decision,
+    History,
+    PastDecision,
+    PastRestart,
+    decide,
+    lookback_seconds,
+    with_confirmation,
+)
+
+NOW = 1_800_000_000.0
+STARTS_AT = "2026-11-30T05:29:50.914142978Z"
+
+
+def target(name: str) -> Target:
+    return Target(
+        name=name,
+        metrics_url=f"http://{name}:8000/metrics",
+        action=CommandAction(argv=("true",)),
+        cooldown=600.0,
+        budget=Budget(max_restarts=3, window=3600.0),
+        action_timeout=120.0,
+    )
+
+
+CONFIG = RestarterConfig(
+    targets=(target("gpu1"), target("gpu2"), target("gpu3"), target("gpu4")),
+    journal="journal.sqlite",
+    token="secret",
+    confirm=ConfirmSettings(gap=0.1, timeout=1.0),
+    max_in_flight=1,
+    fleet_window=FleetWindow(max_targets=2, window=900.0),
+)
+
+
+def alert(
+    alertname: str = "LLMServerStuck", target_name: str | None = "gpu1", fingerprint: str = "f1"
+) -> Alert:
+    labels = {"alertname": alertname, "severity": "critical"}
+    if target_name is not None:
+        labels["target"] = target_name
+    return Alert(status="firing", labels=labels, fingerprint=fingerprint, starts_at=STARTS_AT)
+
+
+def restarted(name: str, ago: float, took: float | None = 5.0) -> PastRestart:
+    finished = None if took is None else NOW - ago + took
+    return PastRestart(target=name, decided_at=NOW - ago, finished_at=finished)
+
+
+CHEAP_CASES: list[tuple[str, Alert, History, str]] = [
+    ("not a restart alert", alert("LLMServerDown"), History(), "not_restart_alert"),
+    ("no target label", alert(target_name=None), History(), "no_target_label"),
+    ("target not in config", alert(target_name="gpu9"), History(), "unknown_target"),
+    (
+        "same fingerprint and startsAt already restarted",
+        alert(),
+        History(same_alert=(PastDecision(NOW - 2, "restart", CONFIRMED),)),
+        "duplicate",
+    ),
+    (
+        "same alert already acted on in dry-run mode",
+        alert(),
+        History(same_alert=(PastDecision(NOW - 2, "skip", "dry_run"),)),
+        "duplicate",
+    ),
+    (
+        "same alert refused by confirmation within the cooldown",
+        alert(),
+        History(same_alert=(PastDecision(NOW - 60, "skip", "not_confirmed_progress"),)),
+        "duplicate",
+    ),
+    ("restarted 5 minutes ago", alert(), History(restarts=(restarted("gpu1", 300),)), "cooldown"),
+    (
+        "cooldown counts from the end of a long action",
+        alert(),
+        History(restarts=(restarted("gpu1", 700, took=200),)),
+        "cooldown",
+    ),
+    (
+        "three restarts in the last hour",
+        alert(),
+        History(restarts=tuple(restarted("gpu1", ago) for ago in (3000, 2000, 1000))),
+        "budget_exhausted",
+    ),
+    (
+        "another target's restart still running",
+        alert(),
+        History(restarts=(restarted("gpu2", 30, took=None),)),
+        "fleet_in_flight",
+    ),
+    (
+        "two other targets restarted in the fleet window",
+        alert(),
+        History(restarts=(restarted("gpu2", 600), restarted("gpu3", 300))),
+        "fleet_window",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "the_alert", "history", "reason"), CHEAP_CASES, ids=[c[0] for c in CHEAP_CASES]
+)
+def test_cheap_checks_skip(case: str, the_alert: Alert, history: History, reason: str) -> None:
+    """Each cheap check skips with its own reason, before any confirmation is spent."""
+    decision = decide(the_alert, CONFIG, history, NOW)
+    assert decision == Decision("skip", reason, decision.detail), case
+    assert decision.detail
+
+
+PASSING_CASES: list[tuple[str, Alert, History]] = [
+    ("nothing in the journal", alert(), History()),
+    ("unresponsive alert", alert("LLMServerUnresponsive"), History()),
+    (
+        "same fingerprint, new episode (another startsAt) after the cooldown",
+        alert(),
+        History(restarts=(restarted("gpu1", 1200),)),
+    ),
+    (
+        "confirmation refused longer ago than the cooldown",
+        alert(),
+        History(same_alert=(PastDecision(NOW - 900, "skip", "not_confirmed_progress"),)),
+    ),
+    (
+        "two restarts in the last hour: budget left",
+        alert(),
+        History(restarts=(restarted("gpu1", 3000), restarted("gpu1", 1500))),
+    ),
+    (
+        "an old restart outside the budget window",
+        alert(),
+        History(restarts=tuple(restarted("gpu1", ago) for ago in (4000, 3000, 2000))),
+    ),
+    (
+        "a restart that left no result and is older than its action timeout",
+        alert(),
+        History(restarts=(restarted("gpu2", 200, took=None),)),
+    ),
+    (
+        "one other target in the fleet window",
+        alert(),
+        History(restarts=(restarted("gpu2", 300),)),
+    ),
+    (
+        "skipped decisions about the same alert are not acted ones",
+        alert(),
+        History(same_alert=(PastDecision(NOW - 5, "skip", "cooldown"),)),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "the_alert", "history"), PASSING_CASES, ids=[c[0] for c in PASSING_CASES]
+)
+def test_cheap_checks_pass(case: str, the_alert: Alert, history: History) -> None:
+    """When no check objects, the decision is a restart pending confirmation."""
+    assert decide(the_alert, CONFIG, history, NOW).reason == CHECKS_PASSED, case
+
+
+PENDING = Decision("restart", CHECKS_PASSED, "")
+
+CONFIRM_CASES: list[tuple[str, str, Confirmation, RestarterConfig, str, str]] = [
+    (
+        "confirmed stall restarts",
+        "LLMServerStuck",
+        Confirmation(True, None, "stalled"),
+        CONFIG,
+        "restart",
+        CONFIRMED,
+    ),
+    (
+        "progress vetoes",
+        "LLMServerStuck",
+        Confirmation(False, "progress", "busy"),
+        CONFIG,
+        "skip",
+        "not_confirmed_progress",
+    ),
+    (
+        "idle vetoes a stuck alert",
+        "LLMServerStuck",
+        Confirmation(False, "idle", "idle"),
+        CONFIG,
+        "skip",
+        "not_confirmed_idle",
+    ),
+    (
+        "idle confirms an unresponsive alert",
+        "LLMServerUnresponsive",
+        Confirmation(False, "idle", "idle"),
+        CONFIG,
+        "restart",
+        CONFIRMED,
+    ),
+    (
+        "down vetoes",
+        "LLMServerUnresponsive",
+        Confirmation(False, "down", "refused"),
+        CONFIG,
+        "skip",
+        "not_confirmed_down",
+    ),
+    (
+        "an unreadable answer vetoes",
+        "LLMServerStuck",
+        Confirmation(False, "error", "no_metrics"),
+        CONFIG,
+        "skip",
+        "not_confirmed_error",
+    ),
+    (
+        "dry run journals instead of acting",
+        "LLMServerStuck",
+        Confirmation(True, None, "stalled"),
+        replace(CONFIG, dry_run=True),
+        "skip",
+        "dry_run",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "alertname", "confirmation", "config", "action", "reason"),
+    CONFIRM_CASES,
+    ids=[c[0] for c in CONFIRM_CASES],
+)
+def test_confirmation_step(
+    case: str,
+    alertname: str,
+    confirmation: Confirmation,
+    config: RestarterConfig,
+    action: str,
+    reason: str,
+) -> None:
+    """The two fresh reads veto or confirm; dry run comes last."""
+    decision = with_confirmation(PENDING, alert(alertname), config, confirmation)
+    assert (decision.action, decision.reason) == (action, reason), case
+
+
+def test_confirmation_never_turns_a_skip_into_a_restart() -> None:
+    """A skip from the cheap checks stays a skip whatever the confirmation says."""
+    skip = Decision("skip", "cooldown", "recent")
+    assert with_confirmation(skip, alert(), CONFIG, Confirmation(True, None, "stalled")) == skip
+
+
+def test_every_skip_reason_is_covered_by_the_tables() -> None:
+    """The tables above exercise every skip reason of the contract."""
+    covered = {case[3] for case in CHEAP_CASES} | {case[5] for case in CONFIRM_CASES}
+    assert set(SKIP_REASONS) <= covered
+
+
+def test_lookback_spans_every_window() -> None:
+    """The journal is read far enough back for the longest window in the config."""
+    assert lookback_seconds(CONFIG) == 3600.0
+    longer = replace(CONFIG, fleet_window=FleetWindow(max_targets=2, window=7200.0))
+    assert lookback_seconds(longer) == 7200.0
