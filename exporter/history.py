@@ -39,7 +39,7 @@ class TargetHistory:
     restarts_detected: int = 0
     probe_requests: int = 0
     probe_failures: int = 0
-    poll_errors: Mapping[str, int] = field(default=_NO_ERRORS)
+    poll_errors: Mapping[str, int] = field(default_factory=lambda: _NO_ERRORS)
 
     @property
     def state(self) -> State | None:

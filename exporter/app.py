@@ -1,0 +1,176 @@
+"""The exporter's HTTP side and process life: `/metrics`, reload on SIGHUP or `POST /-/reload`."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import html
+import logging
+import signal
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+from aiohttp import web
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    GC_COLLECTOR,
+    PLATFORM_COLLECTOR,
+    PROCESS_COLLECTOR,
+    CollectorRegistry,
+    generate_latest,
+)
+
+from exporter.collector import ExporterCollector
+from exporter.config import ExporterConfig, load_config
+from exporter.service import ExporterService
+from stallwatch import USER_AGENT
+from stallwatch.configfile import ConfigError
+
+log = logging.getLogger("stallwatch.exporter")
+
+SERVICE_KEY = web.AppKey("service", ExporterService)
+REGISTRY_KEY = web.AppKey("registry", CollectorRegistry)
+CONFIG_PATH_KEY = web.AppKey("config_path", Path)
+
+
+def build_registry(service: ExporterService) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(
+        ExporterCollector(
+            lambda: service.config, lambda: service.histories, lambda: service.reload_status
+        )
+    )
+    for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
+        registry.register(collector)
+    return registry
+
+
+async def reload_config(service: ExporterService, path: Path) -> str | None:
+    """Load, validate, then swap in; on a bad file keep the running config. Returns the error."""
+    try:
+        new_config = load_config(path)
+    except ConfigError as error:
+        service.reload_status.successful = False
+        service.reload_status.last_error = str(error)
+        log.error("reload refused, keeping the running config: %s", error)
+        return str(error)
+    if (new_config.listen_host, new_config.listen_port) != (
+        service.config.listen_host,
+        service.config.listen_port,
+    ):
+        log.warning("listen address changes take effect on the next start")
+    await service.apply(new_config)
+    service.reload_status.successful = True
+    service.reload_status.last_success_at = time.time()
+    service.reload_status.last_error = ""
+    log.info("config reloaded: %d targets", len(new_config.targets))
+    return None
+
+
+async def handle_metrics(request: web.Request) -> web.Response:
+    registry = request.app[REGISTRY_KEY]
+    body = generate_latest(registry)
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+async def handle_reload(request: web.Request) -> web.Response:
+    error = await reload_config(request.app[SERVICE_KEY], request.app[CONFIG_PATH_KEY])
+    if error is not None:
+        return web.Response(status=400, text=f"reload refused: {error}\n")
+    return web.Response(text="reloaded\n")
+
+
+async def handle_healthy(_: web.Request) -> web.Response:
+    return web.Response(text="ok\n")
+
+
+async def handle_index(request: web.Request) -> web.Response:
+    service = request.app[SERVICE_KEY]
+    rows = []
+    for target in service.config.targets:
+        history = service.histories.get(target.name)
+        verdict = history.verdict if history else None
+        rows.append(
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>".format(
+                html.escape(target.name),
+                html.escape(target.url),
+                html.escape(verdict.state if verdict else "not polled yet"),
+                html.escape(verdict.reason if verdict else ""),
+            )
+        )
+    page = (
+        "<html><head><title>stallwatch exporter</title></head><body>"
+        "<h1>stallwatch exporter</h1><p><a href='/metrics'>metrics</a></p>"
+        "<table border=1><tr><th>target</th><th>url</th><th>state</th><th>why</th></tr>"
+        + "".join(rows)
+        + "</table></body></html>"
+    )
+    return web.Response(text=page, content_type="text/html")
+
+
+def build_app(service: ExporterService, config_path: Path) -> web.Application:
+    app = web.Application(client_max_size=64 * 1024)
+    app[SERVICE_KEY] = service
+    app[REGISTRY_KEY] = build_registry(service)
+    app[CONFIG_PATH_KEY] = config_path
+    app.router.add_get("/", handle_index)
+    app.router.add_get("/metrics", handle_metrics)
+    app.router.add_post("/-/reload", handle_reload)
+    app.router.add_get("/-/healthy", handle_healthy)
+    return app
+
+
+@contextlib.asynccontextmanager
+async def running_exporter(
+    config: ExporterConfig, config_path: Path, *, host: str | None = None, port: int | None = None
+) -> AsyncIterator[tuple[ExporterService, str]]:
+    """Run the exporter in this event loop; yields the service and its base URL."""
+    connector = aiohttp.TCPConnector(limit=0, limit_per_host=4)
+    async with aiohttp.ClientSession(
+        connector=connector, headers={"User-Agent": USER_AGENT}
+    ) as session:
+        service = ExporterService(config, session)
+        app = build_app(service, config_path)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(
+            runner,
+            host if host is not None else config.listen_host,
+            port if port is not None else config.listen_port,
+        )
+        await site.start()
+        server = site._server
+        sockets = getattr(server, "sockets", None) or []
+        bound_host, bound_port = sockets[0].getsockname()[:2]
+        service.start()
+        try:
+            yield service, f"http://{bound_host}:{bound_port}"
+        finally:
+            await service.stop()
+            await runner.cleanup()
+
+
+async def serve(config: ExporterConfig, config_path: Path) -> None:
+    """Run until SIGTERM or SIGINT; SIGHUP reloads the config file."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    async with running_exporter(config, config_path) as (service, url):
+        log.info("listening on %s with %d targets", url, len(config.targets))
+        print(f"listening on {url}", flush=True)
+        pending: set[asyncio.Task[str | None]] = set()
+
+        def on_hangup() -> None:
+            task = loop.create_task(reload_config(service, config_path))
+            pending.add(task)
+            task.add_done_callback(pending.discard)
+
+        loop.add_signal_handler(signal.SIGHUP, on_hangup)
+        loop.add_signal_handler(signal.SIGTERM, stop.set)
+        loop.add_signal_handler(signal.SIGINT, stop.set)
+        try:
+            await stop.wait()
+        finally:
+            for signum in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(signum)

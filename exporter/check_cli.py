@@ -1,0 +1,167 @@
+"""`stallwatch check URL`: one verdict for people without Prometheus (cron, systemd, scripts).
+
+It reads the server like the exporter does and waits for two intervals when it sees work
+without progress, so a single slow interval never reads as stuck.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from dataclasses import dataclass
+from typing import Any, cast
+
+import aiohttp
+
+from exporter.classify import State
+from exporter.config import ProbeConfig, TargetConfig
+from exporter.fetch import DEFAULT_MAX_BYTES, ProbeEndpoint
+from exporter.history import TargetHistory
+from exporter.poll import poll_once
+from stallwatch import USER_AGENT
+
+EXIT_OK = 0
+EXIT_STUCK = 1
+EXIT_DOWN = 2
+EXIT_UNKNOWN = 3
+HEALTHY = frozenset({State.IDLE, State.BUSY, State.SLEEPING})
+# Reads that need one more read before a verdict: nothing to compare with, or one bad interval.
+MAX_POLLS = 5
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    exit_code: int
+    history: TargetHistory
+    url: str
+
+    @property
+    def stuck(self) -> bool:
+        return self.exit_code == EXIT_STUCK
+
+    def as_json(self) -> dict[str, Any]:
+        verdict = self.history.verdict
+        return {
+            "url": self.url,
+            "state": verdict.state.value if verdict else None,
+            "stuck": self.stuck,
+            "reason": verdict.reason if verdict else "",
+            "running": verdict.running if verdict else None,
+            "waiting": verdict.waiting if verdict else None,
+            "steps_per_second": verdict.steps_per_second if verdict else None,
+            "tokens_per_second": verdict.tokens_per_second if verdict else None,
+            "restart_detected": self.history.restarts_detected > 0,
+            "probe_requests_sent": self.history.probe_requests,
+            "polls": self.history.polls,
+            "exit_code": self.exit_code,
+        }
+
+
+def _needs_another_poll(history: TargetHistory) -> bool:
+    state = history.state
+    if state in (State.STALLED, State.UNRESPONSIVE):
+        return history.state_polls < 2
+    return state in (State.UNKNOWN, State.RESTARTED) or (history.polls == 1 and state is None)
+
+
+def exit_code_for(history: TargetHistory) -> int:
+    state = history.state
+    if state in HEALTHY:
+        return EXIT_OK
+    if state in (State.STALLED, State.UNRESPONSIVE) and history.state_polls >= 2:
+        return EXIT_STUCK
+    if state == State.DOWN:
+        return EXIT_DOWN
+    return EXIT_UNKNOWN
+
+
+async def run_check(
+    target: TargetConfig, *, max_payload_bytes: int = DEFAULT_MAX_BYTES
+) -> CheckResult:
+    """Poll until the verdict is settled: at most MAX_POLLS reads, `interval` apart."""
+    history = TargetHistory()
+    async with aiohttp.ClientSession(headers={"User-Agent": USER_AGENT}) as session:
+        for poll in range(MAX_POLLS):
+            if poll:
+                await asyncio.sleep(target.interval_seconds)
+            outcome = await poll_once(
+                session, target, history.baseline, max_payload_bytes=max_payload_bytes
+            )
+            history = history.advance(outcome)
+            if not _needs_another_poll(history):
+                break
+    return CheckResult(exit_code_for(history), history, target.url)
+
+
+def register(subparsers: argparse._SubParsersAction[Any]) -> None:
+    parser = subparsers.add_parser(
+        "check",
+        help="one-shot verdict on one server (exit 0 healthy, 1 stuck, 2 down, 3 cannot judge)",
+        description=(
+            "Read a model server's /metrics like the exporter does and print its state. "
+            "Work without progress is read again after --interval; only two stalled "
+            "intervals in a row are stuck. A test request is sent only to a server with no "
+            "work. Exit codes: 0 idle, busy or sleeping; 1 stuck (stalled in two intervals) "
+            "or unresponsive (idle test request failed twice); 2 down; 3 cannot judge."
+        ),
+    )
+    parser.add_argument("url", help="base URL of the server, e.g. http://127.0.0.1:8000")
+    parser.add_argument(
+        "--interval", type=float, default=15.0, help="seconds between reads (default 15)"
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=5.0, help="timeout of each /metrics read (default 5)"
+    )
+    parser.add_argument("--json", action="store_true", help="print the verdict as JSON")
+    parser.add_argument(
+        "--no-probe",
+        action="store_true",
+        help="never send a test request, even to an idle server",
+    )
+    parser.add_argument("--probe-model", default=None, help="model for the test request")
+    parser.add_argument(
+        "--probe-endpoint",
+        default="completions",
+        choices=("completions", "chat"),
+        help="endpoint of the test request (default completions)",
+    )
+    parser.add_argument(
+        "--probe-timeout", type=float, default=10.0, help="timeout of the test request"
+    )
+    parser.add_argument(
+        "--kind", default="vllm", choices=("vllm", "proxy"), help="server kind (default vllm)"
+    )
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    target = TargetConfig(
+        name="check",
+        url=args.url,
+        kind=args.kind,
+        interval_seconds=args.interval,
+        timeout_seconds=min(args.timeout, args.interval),
+        probe=ProbeConfig(
+            enabled=not args.no_probe,
+            model=args.probe_model,
+            endpoint=cast(ProbeEndpoint, args.probe_endpoint),
+            timeout_seconds=args.probe_timeout,
+        ),
+    )
+    result = asyncio.run(run_check(target))
+    if args.json:
+        print(json.dumps(result.as_json(), indent=2))
+    else:
+        report = result.as_json()
+        label = "STUCK" if result.stuck else str(report["state"]).upper()
+        print(f"{label}: {report['reason']}")
+        print(
+            f"running={report['running']} waiting={report['waiting']} "
+            f"steps/s={report['steps_per_second']} tokens/s={report['tokens_per_second']} "
+            f"restart_detected={report['restart_detected']} "
+            f"test_requests_sent={report['probe_requests_sent']}"
+        )
+    sys.stdout.flush()
+    return result.exit_code

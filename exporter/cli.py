@@ -1,0 +1,79 @@
+"""`stallwatch exporter`: poll every configured target and publish its health for Prometheus."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+from exporter.app import serve
+from exporter.config import load_config, parse_listen
+from stallwatch.configfile import ConfigError
+
+
+def register(subparsers: argparse._SubParsersAction[Any]) -> None:
+    parser = subparsers.add_parser(
+        "exporter",
+        help="poll model servers' own /metrics and publish derived health gauges",
+        description=(
+            "Poll every target in the config on its own interval, classify it "
+            "(down, no_metrics, restarted, sleeping, busy, stalled, idle, unresponsive, unknown) "
+            "from the server's own counters, and publish the result at /metrics. "
+            "SIGHUP or POST /-/reload reloads the config; a bad file is refused and the "
+            "running config is kept."
+        ),
+    )
+    parser.add_argument("--config", required=True, type=Path, help="YAML config file")
+    parser.add_argument(
+        "--config.check",
+        dest="config_check",
+        action="store_true",
+        help="validate the config file, print a summary and exit (0 valid, 1 invalid)",
+    )
+    parser.add_argument(
+        "--listen",
+        default=None,
+        help="override the config's listen address (host:port)",
+    )
+    parser.add_argument(
+        "--log-level",
+        default="info",
+        choices=("debug", "info", "warning", "error"),
+        help="log level (default: info)",
+    )
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        config = load_config(args.config)
+        if args.listen is not None:
+            try:
+                host, port = parse_listen(args.listen)
+            except ValueError as error:
+                raise ConfigError("--listen", "", str(error)) from error
+            config = type(config)(
+                targets=config.targets,
+                listen_host=host,
+                listen_port=port,
+                max_payload_bytes=config.max_payload_bytes,
+                source=config.source,
+            )
+    except ConfigError as error:
+        print(f"invalid config: {error}", file=sys.stderr)
+        return 1
+    if args.config_check:
+        print(f"{args.config}: valid, {len(config.targets)} targets")
+        for target in config.targets:
+            print(
+                f"  {target.name}: {target.kind} {target.url} every {target.interval_seconds:g} s"
+            )
+        return 0
+    asyncio.run(serve(config, args.config))
+    return 0

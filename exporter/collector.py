@@ -1,0 +1,173 @@
+"""The exporter's `/metrics`: metric families built anew on every scrape from the latest polls."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from exporter.classify import State
+from exporter.config import ExporterConfig, TargetConfig
+from exporter.history import TargetHistory
+from exporter.service import ReloadStatus
+from stallwatch import __version__
+
+REFRESH = "Refreshed every poll interval of the target."
+POLL_ERROR_REASONS: tuple[str, ...] = ("timeout", "connection", "http_status", "too_large", "parse")
+
+
+class _Families:
+    """Families that share the target label and the target's extra labels."""
+
+    def __init__(self, extra_label_names: tuple[str, ...]) -> None:
+        self.extra = extra_label_names
+        self.families: list[Metric] = []
+
+    def gauge(
+        self, name: str, documentation: str, labels: tuple[str, ...] = ()
+    ) -> GaugeMetricFamily:
+        family = GaugeMetricFamily(
+            name, f"{documentation} {REFRESH}", labels=["target", *labels, *self.extra]
+        )
+        self.families.append(family)
+        return family
+
+    def counter(
+        self, name: str, documentation: str, labels: tuple[str, ...] = ()
+    ) -> CounterMetricFamily:
+        family = CounterMetricFamily(
+            name, f"{documentation} {REFRESH}", labels=["target", *labels, *self.extra]
+        )
+        self.families.append(family)
+        return family
+
+
+class ExporterCollector(Collector):
+    def __init__(
+        self,
+        config: Callable[[], ExporterConfig],
+        histories: Callable[[], Mapping[str, TargetHistory]],
+        reload_status: Callable[[], ReloadStatus],
+    ) -> None:
+        self._config = config
+        self._histories = histories
+        self._reload_status = reload_status
+
+    def collect(self) -> Iterator[Metric]:
+        config = self._config()
+        histories = self._histories()
+        extra = tuple(sorted({name for t in config.targets for name in t.labels}))
+        out = _Families(extra)
+        state = out.gauge(
+            "stallwatch_target_state",
+            "Current state of the target: 1 for the current state, 0 for the others.",
+            ("state",),
+        )
+        state_polls = out.gauge(
+            "stallwatch_target_state_polls",
+            "Consecutive polls, this one included, that found the target in its current state.",
+        )
+        up = out.gauge(
+            "stallwatch_target_up", "1 when the last read of the target's endpoint answered."
+        )
+        info = out.gauge("stallwatch_target_info", "The target's URL and kind.", ("url", "kind"))
+        interval = out.gauge(
+            "stallwatch_target_interval_seconds", "Seconds between two polls of the target."
+        )
+        running = out.gauge(
+            "stallwatch_requests_running", "Requests running on the engine, as it reports them."
+        )
+        waiting = out.gauge(
+            "stallwatch_requests_waiting", "Requests waiting for the engine, as it reports them."
+        )
+        steps = out.gauge(
+            "stallwatch_engine_steps_per_second",
+            "Engine steps with output per second between the last two reads of one process.",
+        )
+        tokens = out.gauge(
+            "stallwatch_generation_tokens_per_second",
+            "Generated tokens per second between the last two reads of one process.",
+        )
+        last_progress = out.gauge(
+            "stallwatch_last_progress_timestamp_seconds",
+            "Unix time of the last poll that saw the engine make progress or finish requests.",
+        )
+        last_poll = out.gauge(
+            "stallwatch_last_poll_timestamp_seconds", "Unix time the last poll finished."
+        )
+        poll_duration = out.gauge(
+            "stallwatch_poll_duration_seconds", "Duration of the last poll, test request included."
+        )
+        restarts = out.counter(
+            "stallwatch_restarts_detected",
+            "Restarts of the server seen between two reads (new start time or a counter reset).",
+        )
+        probes = out.counter(
+            "stallwatch_probe_requests",
+            "Test requests sent; only ever to a server with no work and nothing completed.",
+        )
+        probe_failures = out.counter(
+            "stallwatch_probe_failures", "Test requests that failed or timed out."
+        )
+        polls = out.counter("stallwatch_polls", "Polls of the target.")
+        poll_errors = out.counter(
+            "stallwatch_poll_errors",
+            "Polls that could not read the target, by reason.",
+            ("reason",),
+        )
+
+        for target in config.targets:
+            history = histories.get(target.name, TargetHistory())
+            values = _label_values(target, extra)
+            current = history.state
+            for candidate in State:
+                state.add_metric([target.name, candidate.value, *values], candidate == current)
+            state_polls.add_metric([target.name, *values], history.state_polls)
+            if history.verdict is not None:
+                up.add_metric([target.name, *values], history.verdict.state != State.DOWN)
+            info.add_metric([target.name, target.url, target.kind, *values], 1)
+            interval.add_metric([target.name, *values], target.interval_seconds)
+            verdict = history.verdict
+            if verdict is not None and verdict.state != State.DOWN:
+                _maybe(running, target.name, values, verdict.running)
+                _maybe(waiting, target.name, values, verdict.waiting)
+                _maybe(steps, target.name, values, verdict.steps_per_second)
+                _maybe(tokens, target.name, values, verdict.tokens_per_second)
+            _maybe(last_progress, target.name, values, history.last_progress_at)
+            _maybe(last_poll, target.name, values, history.last_poll_at)
+            _maybe(poll_duration, target.name, values, history.last_poll_duration_seconds)
+            restarts.add_metric([target.name, *values], history.restarts_detected)
+            probes.add_metric([target.name, *values], history.probe_requests)
+            probe_failures.add_metric([target.name, *values], history.probe_failures)
+            polls.add_metric([target.name, *values], history.polls)
+            for reason in POLL_ERROR_REASONS:
+                count = history.poll_errors.get(reason, 0)
+                poll_errors.add_metric([target.name, reason, *values], count)
+        yield from out.families
+
+        reload = self._reload_status()
+        yield GaugeMetricFamily(
+            "stallwatch_config_last_reload_successful",
+            "1 when the last configuration load or reload succeeded.",
+            value=1 if reload.successful else 0,
+        )
+        yield GaugeMetricFamily(
+            "stallwatch_config_last_reload_success_timestamp_seconds",
+            "Unix time of the last successful configuration load or reload.",
+            value=reload.last_success_at,
+        )
+        build = GaugeMetricFamily(
+            "stallwatch_build_info", "The running stallwatch version.", labels=["version"]
+        )
+        build.add_metric([__version__], 1)
+        yield build
+
+
+def _label_values(target: TargetConfig, extra: tuple[str, ...]) -> list[str]:
+    return [target.labels.get(name, "") for name in extra]
+
+
+def _maybe(family: GaugeMetricFamily, name: str, values: list[str], value: float | None) -> None:
+    if value is not None:
+        family.add_metric([name, *values], value)

@@ -1,0 +1,99 @@
+"""One poll of one target: read, classify, and send the idle test request only when allowed."""
+
+from __future__ import annotations
+
+import time
+
+import aiohttp
+
+from exporter.classify import State, Verdict, classify, down, with_probe_result
+from exporter.config import TargetConfig
+from exporter.fetch import models_answer, read_metrics, send_probe
+from exporter.history import PollOutcome
+from exporter.reading import Reading
+
+
+async def _poll_proxy(session: aiohttp.ClientSession, target: TargetConfig) -> Verdict:
+    if await models_answer(session, target.url, timeout=target.timeout_seconds):
+        return Verdict(State.NO_METRICS, "proxy: /v1/models answered; backends are read directly")
+    return down("proxy: /v1/models did not answer")
+
+
+async def poll_once(
+    session: aiohttp.ClientSession,
+    target: TargetConfig,
+    baseline: Reading | None,
+    *,
+    max_payload_bytes: int,
+) -> PollOutcome:
+    """Read the target once and decide its state; never raises for a misbehaving server."""
+    started = time.monotonic()
+
+    def outcome(
+        verdict: Verdict,
+        reading: Reading | None,
+        *,
+        probes_sent: int = 0,
+        probes_failed: int = 0,
+        error_reason: str | None = None,
+    ) -> PollOutcome:
+        return PollOutcome(
+            verdict=verdict,
+            reading=reading,
+            finished_at=time.time(),
+            duration_seconds=time.monotonic() - started,
+            probes_sent=probes_sent,
+            probes_failed=probes_failed,
+            error_reason=error_reason,
+        )
+
+    if target.kind == "proxy":
+        verdict = await _poll_proxy(session, target)
+        return outcome(
+            verdict, None, error_reason="connection" if verdict.state == "down" else None
+        )
+
+    read = await read_metrics(
+        session, target.metrics_url, timeout=target.timeout_seconds, max_bytes=max_payload_bytes
+    )
+    if read.reading is None:
+        return outcome(down(f"/metrics: {read.detail}"), None, error_reason=read.error_reason)
+    reading = read.reading
+    if not reading.has_engines:
+        if await models_answer(session, target.url, timeout=target.timeout_seconds):
+            verdict = classify(baseline, reading)
+        else:
+            verdict = down("no engine series in /metrics and /v1/models did not answer")
+        parse_error = "parse" if reading.malformed_lines else None
+        return outcome(verdict, reading, error_reason=parse_error)
+
+    verdict = classify(baseline, reading)
+    if not verdict.probe_needed:
+        return outcome(verdict, reading)
+    if not target.probe.enabled:
+        return outcome(
+            with_probe_result(verdict, True, "test request disabled; idle by its counters"),
+            reading,
+        )
+    model = target.probe.model or (reading.model_names[0] if reading.model_names else "")
+    probe = await send_probe(
+        session,
+        target.url,
+        model=model,
+        endpoint=target.probe.endpoint,
+        timeout=target.probe.timeout_seconds,
+    )
+    if probe.succeeded:
+        return outcome(with_probe_result(verdict, True, probe.detail), reading, probes_sent=1)
+    # Work may have arrived while the test request waited: a fresh read that shows the
+    # engine moving overrules the failed request, so a busy server is never unresponsive.
+    again = await read_metrics(
+        session, target.metrics_url, timeout=target.timeout_seconds, max_bytes=max_payload_bytes
+    )
+    if again.reading is not None and again.reading.has_engines:
+        recheck = classify(reading, again.reading)
+        if recheck.progressed and recheck.state != State.RESTARTED:
+            return outcome(recheck, again.reading, probes_sent=1, probes_failed=1)
+    return outcome(
+        with_probe_result(verdict, False, probe.detail), reading, probes_sent=1, probes_failed=1
+    )

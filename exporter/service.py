@@ -1,0 +1,105 @@
+"""The running exporter: one task per target, the latest history of each, and config reloads."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+
+import aiohttp
+
+from exporter.config import ExporterConfig, TargetConfig
+from exporter.history import TargetHistory
+from exporter.poll import poll_once
+
+log = logging.getLogger("stallwatch.exporter")
+
+
+@dataclass
+class ReloadStatus:
+    successful: bool = True
+    last_success_at: float = field(default_factory=time.time)
+    last_error: str = ""
+
+
+class ExporterService:
+    """Polls every configured target on its own schedule; one slow target delays no other."""
+
+    def __init__(self, config: ExporterConfig, session: aiohttp.ClientSession) -> None:
+        self.config = config
+        self.session = session
+        self.histories: dict[str, TargetHistory] = {}
+        self.reload_status = ReloadStatus()
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._lock = asyncio.Lock()
+
+    def start(self) -> None:
+        for target in self.config.targets:
+            self._start_target(target)
+
+    def _start_target(self, target: TargetConfig) -> None:
+        self.histories.setdefault(target.name, TargetHistory())
+        self._tasks[target.name] = asyncio.create_task(
+            self._run_target(target), name=f"poll:{target.name}"
+        )
+
+    async def _run_target(self, target: TargetConfig) -> None:
+        loop = asyncio.get_running_loop()
+        next_tick = loop.time()
+        while True:
+            history = self.histories.get(target.name, TargetHistory())
+            try:
+                outcome = await poll_once(
+                    self.session,
+                    target,
+                    history.baseline,
+                    max_payload_bytes=self.config.max_payload_bytes,
+                )
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a bug in one poll must not end the target's schedule
+                log.exception("poll of %s failed", target.name)
+            else:
+                updated = history.advance(outcome)
+                self.histories[target.name] = updated
+                if history.state != updated.state:
+                    log.info(
+                        "target=%s state=%s reason=%s",
+                        target.name,
+                        updated.state,
+                        outcome.verdict.reason,
+                    )
+            next_tick += target.interval_seconds
+            now = loop.time()
+            if next_tick < now:  # a poll overran: skip the missed ticks, keep the phase
+                missed = int((now - next_tick) // target.interval_seconds) + 1
+                next_tick += missed * target.interval_seconds
+            await asyncio.sleep(next_tick - now)
+
+    async def apply(self, new_config: ExporterConfig) -> None:
+        """Swap in an already validated config; unchanged targets keep their history."""
+        async with self._lock:
+            old_targets = {t.name: t for t in self.config.targets}
+            new_targets = {t.name: t for t in new_config.targets}
+            for name, old in old_targets.items():
+                new = new_targets.get(name)
+                if new == old:
+                    continue
+                await self._stop_target(name)
+                if new is None or new.url != old.url or new.kind != old.kind:
+                    self.histories.pop(name, None)
+            self.config = new_config
+            for name, target in new_targets.items():
+                if name not in self._tasks:
+                    self._start_target(target)
+
+    async def _stop_target(self, name: str) -> None:
+        task = self._tasks.pop(name, None)
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    async def stop(self) -> None:
+        for name in list(self._tasks):
+            await self._stop_target(name)

@@ -1,0 +1,93 @@
+"""Run the real exporter in-process against real servers on loopback, and read what it says."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
+
+from exporter.app import running_exporter
+from exporter.classify import State
+from exporter.config import ExporterConfig, ProbeConfig, TargetConfig
+from exporter.history import TargetHistory
+from exporter.service import ExporterService
+
+FAST_INTERVAL = 0.25
+
+
+def target(name: str, url: str, **fields: object) -> TargetConfig:
+    defaults: dict[str, object] = {
+        "interval_seconds": FAST_INTERVAL,
+        "timeout_seconds": FAST_INTERVAL,
+        "probe": ProbeConfig(timeout_seconds=0.5),
+    }
+    defaults.update(fields)
+    return TargetConfig(name=name, url=url, **defaults)  # type: ignore[arg-type]
+
+
+@contextlib.asynccontextmanager
+async def exporter_for(
+    *targets: TargetConfig, config_path: Path | None = None
+) -> AsyncIterator[tuple[ExporterService, str]]:
+    config = ExporterConfig(targets=targets, listen_host="127.0.0.1", listen_port=0)
+    async with running_exporter(config, config_path or Path("unused.yml"), port=0) as running:
+        yield running
+
+
+async def wait_until(
+    condition: Callable[[], bool], *, timeout: float = 10.0, what: str = "condition"
+) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not condition():
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+def history(service: ExporterService, name: str) -> TargetHistory:
+    return service.histories.get(name, TargetHistory())
+
+
+async def wait_for_state(
+    service: ExporterService, name: str, state: State, *, polls: int = 1, timeout: float = 10.0
+) -> TargetHistory:
+    def reached() -> bool:
+        h = history(service, name)
+        return h.state == state and h.state_polls >= polls
+
+    await wait_until(reached, timeout=timeout, what=f"{name} {state} x{polls}")
+    return history(service, name)
+
+
+async def record_states(
+    service: ExporterService, name: str, seconds: float
+) -> list[tuple[State | None, int]]:
+    """Every (state, poll number) the target goes through during `seconds`."""
+    seen: list[tuple[State | None, int]] = []
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    last_polls = -1
+    while loop.time() < deadline:
+        h = history(service, name)
+        if h.polls != last_polls and h.polls > 0:
+            seen.append((h.state, h.polls))
+            last_polls = h.polls
+        await asyncio.sleep(0.01)
+    return seen
+
+
+async def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """The exporter's /metrics as {(sample name, sorted labels): value}."""
+    async with aiohttp.ClientSession() as session, session.get(url + "/metrics") as response:
+        assert response.status == 200
+        text = await response.text()
+    samples: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return samples

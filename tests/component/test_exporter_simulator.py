@@ -1,0 +1,184 @@
+"""The exporter against the simulator: busy is never probed, stalls and faults read right."""
+
+from __future__ import annotations
+
+import asyncio
+
+import aiohttp
+
+from exporter.classify import State
+from simulator.load import run_load
+from simulator.proxy import running_proxy
+from simulator.testing import running_simulator
+from stallwatch import USER_AGENT
+from tests.component.exporter_support import (
+    exporter_for,
+    history,
+    record_states,
+    scrape,
+    target,
+    wait_for_state,
+    wait_until,
+)
+
+
+async def test_batch_load_reads_busy_and_gets_no_test_request() -> None:
+    """Across a long batch-job load the target reads busy every poll and gets zero test requests."""
+    async with running_simulator(max_num_seqs=2, tokens_per_second=40) as sim:
+        load = asyncio.create_task(
+            run_load(sim.url, concurrency=4, prompt_tokens=50, max_tokens=1_900, duration=4.0)
+        )
+        await wait_until(lambda: sim.stats()["running"] == 2, what="load running")
+        async with exporter_for(target("gpu", sim.url)) as (service, url):
+            states = await record_states(service, "gpu", 3.0)
+            metrics = await scrape(url)
+        load.cancel()
+        await asyncio.gather(load, return_exceptions=True)
+        assert len(states) >= 8
+        assert states[0][0] == State.UNKNOWN  # first read: nothing to compare with
+        assert {state for state, _ in states[1:]} == {State.BUSY}
+        assert metrics[("stallwatch_probe_requests_total", (("target", "gpu"),))] == 0
+        assert USER_AGENT not in sim.stats()["completions_by_user_agent"]
+
+
+async def test_long_prefill_is_busy_never_stalled() -> None:
+    """A prompt prefilled in small chunks for many polls reads busy, never stalled."""
+    async with running_simulator(
+        max_num_batched_tokens=16, prefill_tokens_per_second=4000, max_model_len=40_000
+    ) as sim:
+        prompt = " ".join(f"w{i % 1000 + 3}" for i in range(12_000))  # about 3 s of prefill
+        async with aiohttp.ClientSession() as session:
+            request = asyncio.create_task(
+                session.post(
+                    sim.url + "/v1/completions",
+                    json={"model": "tiny", "prompt": prompt, "max_tokens": 1},
+                )
+            )
+            await wait_until(lambda: sim.stats()["running"] == 1, what="prefill started")
+            steps_before = sim.stats()["engines"][0]["output_steps"]
+            async with exporter_for(target("gpu", sim.url)) as (service, _):
+                states = await record_states(service, "gpu", 2.0)
+            assert sim.stats()["engines"][0]["output_steps"] == steps_before  # still prefilling
+            response = await request
+            response.release()
+        assert State.STALLED not in {state for state, _ in states}
+        assert {state for state, _ in states[1:]} == {State.BUSY}
+
+
+async def test_hang_reads_stalled_in_consecutive_polls() -> None:
+    """A hung engine with work reads stalled, poll after poll, and gets no test request."""
+    async with running_simulator(max_num_seqs=2, tokens_per_second=40) as sim:
+        load = asyncio.create_task(
+            run_load(sim.url, concurrency=2, prompt_tokens=10, max_tokens=1_900, duration=30)
+        )
+        await wait_until(lambda: sim.stats()["running"] == 2, what="load running")
+        async with exporter_for(target("gpu", sim.url)) as (service, url):
+            await wait_for_state(service, "gpu", State.BUSY)
+            sim.apply_fault("hang")
+            stalled = await wait_for_state(service, "gpu", State.STALLED, polls=2)
+            metrics = await scrape(url)
+        load.cancel()
+        await asyncio.gather(load, return_exceptions=True)
+    assert stalled.probe_requests == 0
+    key = (("state", "stalled"), ("target", "gpu"))
+    assert metrics[("stallwatch_target_state", key)] == 1
+    assert metrics[("stallwatch_target_state_polls", (("target", "gpu"),))] >= 2
+    assert metrics[("stallwatch_target_up", (("target", "gpu"),))] == 1
+
+
+async def test_hang_before_update_reads_unresponsive() -> None:
+    """A hang that froze running at 0 is caught by the idle test request failing."""
+    async with running_simulator() as sim:
+        sim.apply_fault("hang_before_update")
+        async with exporter_for(target("gpu", sim.url)) as (service, _):
+            found = await wait_for_state(service, "gpu", State.UNRESPONSIVE, polls=2)
+    assert found.probe_failures >= 2
+    assert sim.stats()["completions_by_user_agent"].get(USER_AGENT, 0) >= 2
+
+
+async def test_idle_server_gets_at_most_one_test_request_per_poll() -> None:
+    """An idle server is proven idle by test requests, never more than one per poll."""
+    async with running_simulator() as sim, exporter_for(target("gpu", sim.url)) as (service, _):
+        await wait_until(lambda: history(service, "gpu").polls >= 6, what="six polls")
+        found = history(service, "gpu")
+    assert found.state == State.IDLE
+    assert 1 <= found.probe_requests <= found.polls
+    assert found.probe_failures == 0
+    assert sim.stats()["completions_by_user_agent"][USER_AGENT] == found.probe_requests
+
+
+async def test_crash_reads_down() -> None:
+    """A server whose port closed reads down with up 0."""
+    async with running_simulator() as sim, exporter_for(target("gpu", sim.url)) as (service, url):
+        await wait_for_state(service, "gpu", State.IDLE)
+        sim.apply_fault("crash")
+        found = await wait_for_state(service, "gpu", State.DOWN)
+        metrics = await scrape(url)
+    assert found.poll_errors.get("connection", 0) >= 1
+    assert metrics[("stallwatch_target_up", (("target", "gpu"),))] == 0
+
+
+async def test_restart_reads_restarted_then_the_new_process_state() -> None:
+    """A restart is detected once, then the new process is judged on its own counters."""
+    async with running_simulator(max_num_seqs=2, tokens_per_second=40) as sim:
+        load = asyncio.create_task(
+            run_load(sim.url, concurrency=2, prompt_tokens=10, max_tokens=1_900, duration=30)
+        )
+        await wait_until(lambda: sim.stats()["running"] == 2, what="load running")
+        async with exporter_for(target("gpu", sim.url)) as (service, url):
+            await wait_for_state(service, "gpu", State.BUSY)
+            sim.apply_fault("restart")
+            await wait_for_state(service, "gpu", State.RESTARTED)
+            # The load generator refills the slots of the new process: busy again.
+            after = await wait_for_state(service, "gpu", State.BUSY)
+            metrics = await scrape(url)
+        load.cancel()
+        await asyncio.gather(load, return_exceptions=True)
+    assert after.restarts_detected == 1
+    assert metrics[("stallwatch_restarts_detected_total", (("target", "gpu"),))] == 1
+
+
+async def test_restart_without_start_time_is_detected_by_counters() -> None:
+    """With several API servers (no process_ series) a restart shows as counters going down."""
+    async with running_simulator(api_server_count=2, max_num_seqs=2, tokens_per_second=40) as sim:
+        load = asyncio.create_task(
+            run_load(sim.url, concurrency=2, prompt_tokens=10, max_tokens=1_900, duration=30)
+        )
+        await wait_until(lambda: sim.stats()["running"] == 2, what="load running")
+        async with exporter_for(target("gpu", sim.url)) as (service, _):
+            await wait_for_state(service, "gpu", State.BUSY, polls=2)
+            sim.apply_fault("restart")
+            found = await wait_for_state(service, "gpu", State.RESTARTED)
+        load.cancel()
+        await asyncio.gather(load, return_exceptions=True)
+    assert found.verdict is not None
+    assert "went down" in found.verdict.reason
+
+
+async def test_proxy_is_read_through_models_only() -> None:
+    """A proxy target is checked via /v1/models: no test request ever goes through it."""
+    async with (
+        running_simulator() as first,
+        running_simulator() as second,
+        running_proxy([first.url, second.url]) as (proxy_url, _),
+        exporter_for(target("gateway", proxy_url, kind="proxy")) as (service, _),
+    ):
+        await wait_until(lambda: history(service, "gateway").polls >= 4, what="four polls")
+        found = history(service, "gateway")
+        for backend in (first, second):
+            assert USER_AGENT not in backend.stats()["completions_by_user_agent"]
+    assert found.state == State.NO_METRICS
+    assert found.probe_requests == 0
+
+
+async def test_one_dead_target_does_not_delay_another() -> None:
+    """Each target polls on its own schedule: a target that never answers holds up nothing."""
+    async with (
+        running_simulator() as sim,
+        exporter_for(
+            target("gpu", sim.url),
+            target("blackhole", "http://127.0.0.1:9", timeout_seconds=0.25),
+        ) as (service, _),
+    ):
+        await wait_until(lambda: history(service, "gpu").polls >= 6, what="six polls")
+        assert history(service, "blackhole").state == State.DOWN
