@@ -93,15 +93,16 @@ async def run_load(
         headers={"User-Agent": user_agent}, timeout=timeout
     ) as session:
         workers = [asyncio.create_task(worker(session)) for _ in range(concurrency)]
-        if wait_for_in_flight:
-            await asyncio.gather(*workers)
-        else:
-            _, pending = await asyncio.wait(workers, timeout=max(0.0, duration))
-            for task in pending:
+        try:
+            if wait_for_in_flight:
+                await asyncio.gather(*workers)
+            else:
+                await asyncio.wait(workers, timeout=max(0.0, duration))
+        finally:
+            # Also when run_load itself is cancelled: no worker may outlive the session.
+            for task in workers:
                 task.cancel()
-            for task in pending:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+            await asyncio.gather(*workers, return_exceptions=True)
     ok = counts.pop("ok", 0)
     sent = counts.pop("sent", 0)
     failed = dict(counts)
