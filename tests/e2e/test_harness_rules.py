@@ -1,0 +1,237 @@
+"""stallwatch's rules and routing in real Prometheus and Alertmanager, driven by a fake exporter.
+
+The fake exporter serves the exporter's state gauges with values the test sets, on the port the
+stack scrapes as job stallwatch-exporter. Each test uses its own target names, so alerts from
+one test never satisfy another.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from .harness import AlertingStack
+
+pytestmark = pytest.mark.e2e
+
+STATES = (
+    "down",
+    "no_metrics",
+    "restarted",
+    "sleeping",
+    "busy",
+    "stalled",
+    "idle",
+    "unresponsive",
+    "unknown",
+)
+TIMEOUT = 30.0
+
+
+class FakeExporter:
+    """Serves stallwatch_target_state (all 9 series), _state_polls and _up for each target."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self._targets: dict[str, tuple[str, int]] = {}
+        self._runner: web.AppRunner | None = None
+
+    def set_state(self, target: str, state: str, polls: int) -> None:
+        assert state in STATES
+        self._targets[target] = (state, polls)
+
+    def render(self) -> str:
+        lines = [
+            "# TYPE stallwatch_target_state gauge",
+            *(
+                f'stallwatch_target_state{{target="{target}",state="{name}"}} '
+                f"{1 if name == state else 0}"
+                for target, (state, _polls) in self._targets.items()
+                for name in STATES
+            ),
+            "# TYPE stallwatch_target_state_polls gauge",
+            *(
+                f'stallwatch_target_state_polls{{target="{target}"}} {polls}'
+                for target, (_state, polls) in self._targets.items()
+            ),
+            "# TYPE stallwatch_target_up gauge",
+            *(
+                f'stallwatch_target_up{{target="{target}"}} {0 if state == "down" else 1}'
+                for target, (state, _polls) in self._targets.items()
+            ),
+        ]
+        return "\n".join(lines) + "\n"
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_get("/metrics", self._metrics)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def _metrics(self, _request: web.Request) -> web.Response:
+        return web.Response(text=self.render(), content_type="text/plain")
+
+
+@pytest.fixture
+async def exporter(alerting_stack: AlertingStack) -> AsyncIterator[FakeExporter]:
+    """A fake exporter on the stack's exporter port, stopped after the test."""
+    fake = FakeExporter(alerting_stack.exporter_port)
+    await fake.start()
+    try:
+        yield fake
+    finally:
+        await fake.stop()
+
+
+def unique(name: str) -> str:
+    return f"{name}-{uuid.uuid4().hex[:8]}"
+
+
+async def seen_by_prometheus(stack: AlertingStack, target: str, state: str, polls: int) -> None:
+    """Wait until Prometheus has scraped this target in this state with this poll count."""
+    await stack.wait_for_query(
+        f'stallwatch_target_state{{target="{target}",state="{state}"}} == 1 '
+        f'and ignoring(state) stallwatch_target_state_polls{{target="{target}"}} == {polls}',
+        TIMEOUT,
+    )
+
+
+def prometheus_alerts_for(stack: AlertingStack, target: str) -> list[str]:
+    return [
+        f"{alert['labels']['alertname']} {alert['state']}"
+        for alert in stack.alerts()
+        if alert["labels"].get("target") == target
+    ]
+
+
+async def test_a_stall_of_two_polls_reaches_the_restarter_with_its_token(
+    alerting_stack: AlertingStack, exporter: FakeExporter
+) -> None:
+    """Stalled in two consecutive polls fires LLMServerStuck; the webhook carries the token."""
+    stack, target = alerting_stack, unique("stall")
+    exporter.set_state(target, "busy", 4)
+    await seen_by_prometheus(stack, target, "busy", 4)
+    exporter.set_state(target, "stalled", 1)
+    await seen_by_prometheus(stack, target, "stalled", 1)
+    assert stack.receiver.find("LLMServerStuck", target) is None
+
+    exporter.set_state(target, "stalled", 2)
+    stall_visible = time.monotonic()
+    notification = await stack.receiver.wait_for("LLMServerStuck", target, timeout=TIMEOUT)
+
+    latency = notification.received_monotonic - stall_visible
+    print(f"stall visible (polls=2 served) -> webhook: {latency:.2f} s")
+    payload = notification.payload
+    assert notification.authorization == f"Bearer {stack.token}"
+    assert payload["receiver"] == "stallwatch-restarter"
+    assert payload["groupLabels"] == {"alertname": "LLMServerStuck", "target": target}
+    (alert,) = payload["alerts"]
+    assert alert["status"] == "firing"
+    assert alert["labels"]["severity"] == "critical"
+    assert alert["labels"]["job"] == "stallwatch-exporter"
+    assert "2 consecutive exporter polls" in alert["annotations"]["description"]
+
+    exporter.set_state(target, "busy", 1)
+    resolved = await stack.receiver.wait_for("LLMServerStuck", target, "resolved", TIMEOUT)
+    assert resolved.payload["alerts"][0]["startsAt"] == alert["startsAt"]
+
+
+async def test_a_one_poll_pause_and_a_busy_server_fire_nothing(
+    alerting_stack: AlertingStack, exporter: FakeExporter
+) -> None:
+    """One stalled poll, or busy, never fires, while a control target that stalls does."""
+    stack = alerting_stack
+    paused, busy, control = unique("pause"), unique("busy"), unique("control")
+    exporter.set_state(paused, "stalled", 1)
+    exporter.set_state(busy, "busy", 40)
+    exporter.set_state(control, "stalled", 2)
+
+    # The control's webhook proves the rules were evaluated and routed on the same scrapes.
+    await stack.receiver.wait_for("LLMServerStuck", control, timeout=TIMEOUT)
+    await seen_by_prometheus(stack, paused, "stalled", 1)
+    exporter.set_state(paused, "busy", 1)
+    exporter.set_state(busy, "busy", 41)
+    await seen_by_prometheus(stack, paused, "busy", 1)
+    await seen_by_prometheus(stack, busy, "busy", 41)
+
+    assert prometheus_alerts_for(stack, paused) == []
+    assert prometheus_alerts_for(stack, busy) == []
+    for target in (paused, busy):
+        for notification in stack.receiver.notifications:
+            assert target not in str(notification.payload)
+
+
+async def test_an_unresponsive_idle_server_reaches_the_restarter(
+    alerting_stack: AlertingStack, exporter: FakeExporter
+) -> None:
+    """Unresponsive in two consecutive polls fires LLMServerUnresponsive to the restarter."""
+    stack, target = alerting_stack, unique("unresponsive")
+    exporter.set_state(target, "unresponsive", 1)
+    await seen_by_prometheus(stack, target, "unresponsive", 1)
+    assert stack.receiver.find("LLMServerUnresponsive", target) is None
+
+    exporter.set_state(target, "unresponsive", 2)
+    notification = await stack.receiver.wait_for("LLMServerUnresponsive", target, timeout=TIMEOUT)
+
+    assert notification.payload["receiver"] == "stallwatch-restarter"
+    assert notification.payload["alerts"][0]["labels"]["target"] == target
+    assert stack.receiver.find("LLMServerStuck", target) is None
+
+
+async def test_a_down_server_goes_to_people_not_to_the_restarter(
+    alerting_stack: AlertingStack, exporter: FakeExporter
+) -> None:
+    """LLMServerDown (its `for:` shortened) reaches Alertmanager for `default` only."""
+    stack, target = alerting_stack, unique("down")
+    exporter.set_state(target, "down", 1)
+
+    alert = await stack.wait_for_am_alert("LLMServerDown", target, TIMEOUT)
+
+    assert [receiver["name"] for receiver in alert["receivers"]] == ["default"]
+    assert stack.receiver.find("LLMServerDown", target) is None
+
+
+async def test_stopping_the_exporter_fires_stallwatch_exporter_down(
+    alerting_stack: AlertingStack, exporter: FakeExporter
+) -> None:
+    """An exporter that stops answering fires StallwatchExporterDown, routed to `default`."""
+    stack = alerting_stack
+    target = unique("watched")
+    exporter.set_state(target, "busy", 1)
+    await seen_by_prometheus(stack, target, "busy", 1)
+    await stack.wait_for_query('up{job="stallwatch-exporter"} == 1', TIMEOUT)
+
+    await exporter.stop()
+    await stack.wait_for_query('up{job="stallwatch-exporter"} == 0', TIMEOUT)
+    alert = await stack.wait_for_alert("StallwatchExporterDown", "stallwatch-exporter")
+    am_alert = await stack.wait_for_am_alert("StallwatchExporterDown", "stallwatch-exporter")
+
+    assert alert["labels"]["severity"] == "critical"
+    assert [receiver["name"] for receiver in am_alert["receivers"]] == ["default"]
+    assert stack.receiver.find("StallwatchExporterDown", "stallwatch-exporter") is None
+    assert stack.query(f'stallwatch_target_state{{target="{target}"}}') == []
+
+
+async def test_the_receiver_refuses_a_request_without_the_token(
+    alerting_stack: AlertingStack,
+) -> None:
+    """The restarter stand-in records only requests that carry the bearer token."""
+    stack = alerting_stack
+    before = stack.receiver.rejected
+    async with (
+        aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session,
+        session.post(stack.receiver.url, json={"alerts": []}) as response,
+    ):
+        assert response.status == 401
+    assert stack.receiver.rejected == before + 1
