@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import shutil
+import subprocess
+from pathlib import Path
 
 import aiohttp
 
+from exporter.app import running_exporter
 from exporter.classify import State
+from exporter.config import ExporterConfig
 from simulator.load import run_load
 from simulator.proxy import running_proxy
 from simulator.testing import running_simulator
@@ -182,3 +187,43 @@ async def test_one_dead_target_does_not_delay_another() -> None:
     ):
         await wait_until(lambda: history(service, "gpu").polls >= 6, what="six polls")
         assert history(service, "blackhole").state == State.DOWN
+
+
+async def test_exporter_metrics_pass_promtool_lint() -> None:
+    """The exporter's own /metrics follows Prometheus naming conventions (promtool lint)."""
+
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool is missing: `make test` installs Debian's prometheus package"
+    async with running_simulator() as sim, exporter_for(target("gpu", sim.url)) as (service, url):
+        await wait_for_state(service, "gpu", State.IDLE)
+        async with aiohttp.ClientSession() as session, session.get(url + "/metrics") as response:
+            text = await response.text()
+    own = "\n".join(
+        line
+        for line in text.splitlines()
+        if "stallwatch_" in line  # the process and python collectors are the client library's
+    )
+    completed = subprocess.run(
+        [promtool, "check", "metrics"],
+        input=own + "\n",
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    assert "HELP stallwatch_target_state " in text
+    assert "Refreshed every poll interval" in text
+
+
+async def test_oversized_payload_reads_down_with_reason_too_large() -> None:
+    """A /metrics body over the cap is refused, counted as too_large, and the target is down."""
+    async with running_simulator() as sim:
+        config = ExporterConfig(
+            targets=(target("gpu", sim.url),),
+            listen_host="127.0.0.1",
+            listen_port=0,
+            max_payload_bytes=1024,
+        )
+        async with running_exporter(config, Path("unused.yml"), port=0) as (service, _):
+            found = await wait_for_state(service, "gpu", State.DOWN)
+    assert found.poll_errors.get("too_large", 0) >= 1

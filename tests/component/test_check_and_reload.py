@@ -1,0 +1,251 @@
+"""`stallwatch check` verdicts and exit codes, and the exporter's config reload."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import aiohttp
+from aiohttp import web
+
+from exporter.check_cli import EXIT_DOWN, EXIT_OK, EXIT_STUCK, EXIT_UNKNOWN, run_check
+from exporter.classify import State
+from exporter.config import ProbeConfig, TargetConfig
+from simulator.load import run_load
+from simulator.testing import running_simulator
+from stallwatch import USER_AGENT
+from tests.component.exporter_support import wait_until
+
+
+def check_target(url: str, interval: float = 0.3) -> TargetConfig:
+    return TargetConfig(
+        name="check",
+        url=url,
+        interval_seconds=interval,
+        timeout_seconds=interval,
+        probe=ProbeConfig(timeout_seconds=0.5),
+    )
+
+
+async def test_check_busy_server_exits_zero_without_a_test_request() -> None:
+    """A busy server is healthy for `check`, which sends it no test request."""
+    async with running_simulator(max_num_seqs=2, tokens_per_second=40) as sim:
+        load = asyncio.create_task(
+            run_load(sim.url, concurrency=2, prompt_tokens=10, max_tokens=1_900, duration=30)
+        )
+        await wait_until(lambda: sim.stats()["running"] == 2, what="load running")
+        result = await run_check(check_target(sim.url))
+        load.cancel()
+        await asyncio.gather(load, return_exceptions=True)
+    assert result.exit_code == EXIT_OK
+    assert result.as_json()["state"] == "busy"
+    assert result.as_json()["probe_requests_sent"] == 0
+    assert USER_AGENT not in sim.stats()["completions_by_user_agent"]
+
+
+async def test_check_hung_server_is_stuck_after_two_stalled_intervals() -> None:
+    """A hung engine with work exits 1 only after two stalled intervals in a row."""
+    async with running_simulator(max_num_seqs=2, tokens_per_second=40) as sim:
+        load = asyncio.create_task(
+            run_load(sim.url, concurrency=2, prompt_tokens=10, max_tokens=1_900, duration=30)
+        )
+        await wait_until(lambda: sim.stats()["running"] == 2, what="load running")
+        sim.apply_fault("hang")
+        result = await run_check(check_target(sim.url))
+        load.cancel()
+        await asyncio.gather(load, return_exceptions=True)
+    report = result.as_json()
+    assert result.exit_code == EXIT_STUCK
+    assert report["stuck"] is True
+    assert report["state"] == State.STALLED
+    assert report["polls"] == 3  # baseline, stalled, stalled again
+    assert report["probe_requests_sent"] == 0
+
+
+async def test_check_idle_server_is_proven_by_one_test_request() -> None:
+    """An idle server gets one test request and exits 0."""
+    async with running_simulator() as sim:
+        result = await run_check(check_target(sim.url))
+        assert sim.stats()["completions_by_user_agent"][USER_AGENT] == 1
+    assert result.exit_code == EXIT_OK
+    assert result.as_json()["state"] == "idle"
+
+
+async def test_check_down_server_exits_two() -> None:
+    """Nothing listening is down: exit 2."""
+    result = await run_check(check_target("http://127.0.0.1:9"))
+    assert result.exit_code == EXIT_DOWN
+
+
+async def test_check_server_without_engine_metrics_cannot_be_judged() -> None:
+    """A server without vLLM metrics gets exit 3, never 'healthy'."""
+    async with running_simulator(metrics_enabled=False) as sim:
+        result = await run_check(check_target(sim.url))
+    assert result.exit_code == EXIT_UNKNOWN
+    assert result.as_json()["state"] == "no_metrics"
+
+
+async def test_check_survives_a_garbled_payload() -> None:
+    """A /metrics that answers garbage is a state with an exit code, not a crash."""
+
+    async def garbage(_: web.Request) -> web.Response:
+        return web.Response(body=b"\x00\xff{{{\nvllm:num_requests_running{ nonsense\n", status=200)
+
+    async def models(_: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": []})
+
+    app = web.Application()
+    app.router.add_get("/metrics", garbage)
+    app.router.add_get("/v1/models", models)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        result = await run_check(check_target(f"http://127.0.0.1:{port}"))
+    finally:
+        await runner.cleanup()
+    assert result.exit_code == EXIT_UNKNOWN
+    assert result.history.poll_errors.get("parse") == 1
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "stallwatch", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+async def test_check_command_prints_json_and_exits_with_the_verdict() -> None:
+    """The `stallwatch check --json` command prints the fields scripts rely on."""
+    async with running_simulator() as sim:
+        completed = await asyncio.to_thread(
+            run_cli, "check", sim.url, "--interval", "0.3", "--json"
+        )
+    assert completed.returncode == EXIT_OK, completed.stderr
+    report = json.loads(completed.stdout)
+    for key in (
+        "state",
+        "running",
+        "waiting",
+        "steps_per_second",
+        "tokens_per_second",
+        "restart_detected",
+        "probe_requests_sent",
+    ):
+        assert key in report
+    assert report["state"] == "idle"
+
+
+def write_config(path: Path, sim_url: str, names: list[str], *, listen: str) -> None:
+    targets = "".join(f"  - name: {name}\n    url: {sim_url}\n" for name in names)
+    path.write_text(f"listen: {listen}\ninterval: 0.3s\ntimeout: 0.3s\ntargets:\n{targets}")
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+async def scrape_text(url: str) -> str:
+    async with aiohttp.ClientSession() as session, session.get(url + "/metrics") as response:
+        return await response.text()
+
+
+async def test_sighup_reload_swaps_valid_config_and_refuses_a_bad_one(tmp_path: Path) -> None:
+    """SIGHUP applies a valid new config; a bad one is refused and the old one keeps running."""
+    config = tmp_path / "exporter.yml"
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    async with running_simulator() as sim:
+        write_config(config, sim.url, ["first"], listen=f"127.0.0.1:{port}")
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "stallwatch", "exporter", "--config", str(config),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )  # fmt: skip
+        try:
+            assert process.stdout is not None
+            line = await asyncio.wait_for(process.stdout.readline(), 20)
+            assert line.decode().startswith("listening on ")
+            text = await scrape_text(url)
+            assert 'stallwatch_target_up{target="first"}' in text or "first" in text
+
+            write_config(config, sim.url, ["first", "second"], listen=f"127.0.0.1:{port}")
+            process.send_signal(signal.SIGHUP)
+            for _ in range(100):
+                text = await scrape_text(url)
+                if 'target="second"' in text:
+                    break
+                await asyncio.sleep(0.05)
+            assert 'target="second"' in text
+            assert "stallwatch_config_last_reload_successful 1.0" in text
+
+            config.write_text("targets: [{name: broken}]\n")
+            process.send_signal(signal.SIGHUP)
+            for _ in range(100):
+                text = await scrape_text(url)
+                if "stallwatch_config_last_reload_successful 0.0" in text:
+                    break
+                await asyncio.sleep(0.05)
+            assert "stallwatch_config_last_reload_successful 0.0" in text
+            assert 'target="second"' in text  # the running config is kept
+        finally:
+            process.terminate()
+            _, stderr = await asyncio.wait_for(process.communicate(), 20)
+    assert process.returncode == 0
+    assert "reload refused" in stderr.decode()
+    assert "targets[0].url" in stderr.decode()
+
+
+async def test_post_reload_answers_400_for_a_bad_config(tmp_path: Path) -> None:
+    """POST /-/reload says why a bad file was refused, and 200 for a good one."""
+    config = tmp_path / "exporter.yml"
+    port = free_port()
+    async with running_simulator() as sim:
+        write_config(config, sim.url, ["first"], listen=f"127.0.0.1:{port}")
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "stallwatch", "exporter", "--config", str(config),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
+        )  # fmt: skip
+        try:
+            assert process.stdout is not None
+            await asyncio.wait_for(process.stdout.readline(), 20)
+            async with aiohttp.ClientSession() as session:
+                config.write_text("interval: never\n")
+                async with session.post(f"http://127.0.0.1:{port}/-/reload") as response:
+                    assert response.status == 400
+                    assert "interval" in await response.text()
+                write_config(config, sim.url, ["first"], listen=f"127.0.0.1:{port}")
+                async with session.post(f"http://127.0.0.1:{port}/-/reload") as response:
+                    assert response.status == 200
+        finally:
+            process.terminate()
+            await asyncio.wait_for(process.wait(), 20)
+
+
+def test_config_check_flag_validates_and_exits(tmp_path: Path) -> None:
+    """--config.check exits 0 for a valid file and 1 naming the field for a bad one."""
+    good = tmp_path / "good.yml"
+    good.write_text("targets:\n  - {name: a, url: 'http://127.0.0.1:8000'}\n")
+    completed = run_cli("exporter", "--config", str(good), "--config.check")
+    assert completed.returncode == 0
+    assert "valid, 1 targets" in completed.stdout
+    bad = tmp_path / "bad.yml"
+    bad.write_text("targets:\n  - {name: a, url: 'http://127.0.0.1:8000', kind: ollama}\n")
+    completed = run_cli("exporter", "--config", str(bad), "--config.check")
+    assert completed.returncode == 1
+    assert f"{bad}: targets[0].kind" in completed.stderr
