@@ -1,0 +1,155 @@
+"""Run a target's restart action: command, docker, systemd or http, each under a timeout.
+
+The action comes from the restarter's config only. The target's name reaches a command as
+the environment variable STALLWATCH_TARGET and is never put into an argv or a shell.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+from urllib.parse import quote
+
+import aiohttp
+
+from restarter.config import (
+    CommandAction,
+    DockerAction,
+    HttpAction,
+    SystemdAction,
+    Target,
+)
+from stallwatch import USER_AGENT
+
+ActionResult = Literal["success", "failure", "timeout"]
+TARGET_ENV = "STALLWATCH_TARGET"
+_DETAIL_CHARS = 500
+
+
+@dataclass(frozen=True)
+class ActionOutcome:
+    result: ActionResult
+    detail: str
+    duration: float
+
+
+def _tail(data: bytes) -> str:
+    text = data.decode("utf-8", errors="replace").strip()
+    return text if len(text) <= _DETAIL_CHARS else "…" + text[-_DETAIL_CHARS:]
+
+
+async def run_argv(argv: list[str], target_name: str) -> tuple[bool, str]:
+    """Run `argv` (no shell) with STALLWATCH_TARGET set; kill its process group if cancelled."""
+    environment = {**os.environ, TARGET_ENV: target_name}
+    process = await asyncio.create_subprocess_exec(
+        *argv,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        env=environment,
+        start_new_session=True,
+    )
+    try:
+        output, _ = await process.communicate()
+    finally:
+        if process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            await process.wait()
+    summary = _tail(output)
+    if process.returncode == 0:
+        return True, f"{argv[0]} exited 0" + (f": {summary}" if summary else "")
+    return False, f"{argv[0]} exited {process.returncode}" + (f": {summary}" if summary else "")
+
+
+class ActionRunner:
+    """Runs actions; owns the Docker sockets' sessions, borrows the process's HTTP session."""
+
+    def __init__(self, session: aiohttp.ClientSession) -> None:
+        self._session = session
+        self._docker_sessions: dict[str, aiohttp.ClientSession] = {}
+
+    async def close(self) -> None:
+        for session in self._docker_sessions.values():
+            await session.close()
+        self._docker_sessions.clear()
+
+    async def run(self, target: Target) -> ActionOutcome:
+        """Run the target's action; a timeout or an error is an outcome, not an exception."""
+        started = time.monotonic()
+        try:
+            async with asyncio.timeout(target.action_timeout):
+                succeeded, detail = await self._dispatch(target)
+        except TimeoutError:
+            detail = f"no result within {target.action_timeout:g} s"
+            return ActionOutcome("timeout", detail, time.monotonic() - started)
+        except (OSError, aiohttp.ClientError, ValueError) as error:
+            detail = f"{type(error).__name__}: {error}"
+            return ActionOutcome("failure", detail, time.monotonic() - started)
+        result: ActionResult = "success" if succeeded else "failure"
+        return ActionOutcome(result, detail, time.monotonic() - started)
+
+    async def _dispatch(self, target: Target) -> tuple[bool, str]:
+        action = target.action
+        if isinstance(action, CommandAction):
+            return await run_argv(list(action.argv), target.name)
+        if isinstance(action, SystemdAction):
+            scope = ["--user"] if action.user else []
+            return await run_argv(["systemctl", *scope, "restart", action.unit], target.name)
+        if isinstance(action, DockerAction):
+            return await self._docker_restart(action)
+        return await self._http_request(action, target.name)
+
+    def _docker_session(self, socket_path: str) -> aiohttp.ClientSession:
+        session = self._docker_sessions.get(socket_path)
+        if session is None or session.closed:
+            session = aiohttp.ClientSession(connector=aiohttp.UnixConnector(path=socket_path))
+            self._docker_sessions[socket_path] = session
+        return session
+
+    async def _docker_restart(self, action: DockerAction) -> tuple[bool, str]:
+        """Docker Engine API: POST /containers/{name}/restart?t=STOP_TIMEOUT (204 on success)."""
+        session = self._docker_session(action.socket)
+        path = f"/containers/{quote(action.container, safe='')}/restart"
+        stop_timeout = int(action.stop_timeout)
+        async with session.post(
+            f"http://docker{path}",
+            params={"t": str(stop_timeout)},
+            headers={"User-Agent": USER_AGENT},
+        ) as response:
+            body = await response.content.read(64 * 1024)
+            if response.status == 204:
+                return True, f"docker restarted {action.container} (t={stop_timeout})"
+            message = _tail(body)
+            with contextlib.suppress(ValueError):
+                answer = json.loads(body)
+                if isinstance(answer, dict) and isinstance(answer.get("message"), str):
+                    message = answer["message"]
+            return False, f"docker answered {response.status} for {action.container}: {message}"
+
+    async def _http_request(self, action: HttpAction, target_name: str) -> tuple[bool, str]:
+        headers = {"User-Agent": USER_AGENT}
+        if action.bearer_token_file is not None:
+            token_file = Path(action.bearer_token_file)
+            token = (await asyncio.to_thread(token_file.read_text, encoding="utf-8")).strip()
+            headers["Authorization"] = f"Bearer {token}"
+        async with self._session.request(
+            action.method,
+            action.url,
+            json={"target": target_name, "action": "restart"},
+            headers=headers,
+            allow_redirects=False,
+        ) as response:
+            body = await response.content.read(64 * 1024)
+            detail = f"{action.method} {action.url} answered {response.status}"
+            if 200 <= response.status < 300:
+                return True, detail
+            summary = _tail(body)
+            return False, detail + (f": {summary}" if summary else "")

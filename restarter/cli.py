@@ -1,0 +1,173 @@
+"""`stallwatch restarter`: the Alertmanager webhook receiver that restarts stuck model servers."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import logging
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from restarter.config import ConfigError, RestarterConfig, load_config
+from restarter.journal import Journal, JournalEntry
+
+
+def register(subparsers: argparse._SubParsersAction[Any]) -> None:
+    parser = subparsers.add_parser(
+        "restarter",
+        help="Alertmanager webhook receiver: the only component that restarts a model server",
+        description=(
+            "Receive Alertmanager webhooks (POST /alerts, payload version 4, bearer token) and "
+            "restart a target only when every safety rule agrees: a restart alert, a target "
+            "from the config, not a duplicate, not in cooldown, within its budget, within the "
+            "fleet limits, confirmed by two fresh reads of its /metrics, and not dry-run. "
+            "Every decision is journaled in SQLite before the webhook answers. "
+            "Also serves GET /journal (authenticated), GET /metrics and GET /-/healthy."
+        ),
+    )
+    parser.add_argument("--config", type=Path, metavar="FILE", help="YAML config file (required)")
+    parser.add_argument(
+        "--config.check",
+        dest="config_check",
+        action="store_true",
+        help="validate the config file, print a summary and exit (0 valid, 1 invalid)",
+    )
+    parser.add_argument(
+        "--log-level",
+        default="info",
+        choices=("debug", "info", "warning", "error"),
+        help="log level (default: info); one line is logged per decision",
+    )
+    parser.set_defaults(handler=run)
+    commands = parser.add_subparsers(dest="restarter_command", metavar="COMMAND")
+    journal = commands.add_parser(
+        "journal",
+        help="print the latest decisions from the journal and exit",
+        description="Read the journal file named in the config and print its latest rows.",
+    )
+    journal.add_argument(
+        "--config",
+        dest="journal_config",
+        type=Path,
+        metavar="FILE",
+        required=True,
+        help="YAML config file (its `journal` path is read)",
+    )
+    journal.add_argument(
+        "--limit",
+        type=int,
+        default=20,
+        metavar="N",
+        help="number of rows to show, newest first (default: 20)",
+    )
+    journal.set_defaults(handler=run_journal)
+
+
+def _load(path: Path) -> RestarterConfig | None:
+    try:
+        return load_config(path)
+    except ConfigError as error:
+        print(f"invalid config: {error}", file=sys.stderr)
+        return None
+
+
+def describe(config: RestarterConfig) -> list[str]:
+    mode = "DRY RUN" if config.dry_run else "live"
+    auth = "NO AUTHENTICATION" if config.token is None else "bearer token"
+    lines = [
+        f"listen {config.listen} ({auth}{', TLS' if config.tls_cert_file else ''}), {mode}",
+        f"journal {config.journal}",
+        f"restart alerts: {', '.join(config.restart_alerts)}",
+        f"fleet: {config.max_in_flight} in flight, {config.fleet_window.max_targets} targets "
+        f"per {config.fleet_window.window:g} s",
+    ]
+    for target in config.targets:
+        lines.append(
+            f"  {target.name}: {target.action.kind}, cooldown {target.cooldown:g} s, "
+            f"budget {target.budget.max_restarts} per {target.budget.window:g} s, "
+            f"confirm at {target.metrics_url}"
+        )
+    return lines
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.config is None:
+        print("stallwatch restarter: --config FILE is required", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    config = _load(args.config)
+    if config is None:
+        return 1
+    if args.config_check:
+        print(f"{args.config}: valid, {len(config.targets)} targets")
+        for line in describe(config):
+            print(f"  {line}")
+        return 0
+    asyncio.run(_serve_until_signal(config))
+    return 0
+
+
+async def _serve_until_signal(config: RestarterConfig) -> None:
+    from restarter.server import serve
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    await serve(config, stop=stop)
+
+
+def format_table(entries: list[JournalEntry]) -> str:
+    """The journal rows as a table for a terminal, newest first."""
+    header = ("time (UTC)", "target", "alert", "decision", "reason", "detail")
+    rows = [header]
+    for entry in entries:
+        when = datetime.datetime.fromtimestamp(entry.time, tz=datetime.UTC)
+        detail = entry.detail
+        if entry.duration_seconds is not None:
+            detail = f"{entry.duration_seconds:.1f} s: {detail}"
+        rows.append(
+            (
+                when.strftime("%Y-%m-%d %H:%M:%S"),
+                entry.target or "-",
+                entry.alertname or "-",
+                entry.decision,
+                entry.reason,
+                detail if len(detail) <= 80 else detail[:79] + "…",
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header) - 1)]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False))
+        + "  "
+        + row[-1]
+        for row in rows
+    )
+
+
+def run_journal(args: argparse.Namespace) -> int:
+    config = _load(args.journal_config)
+    if config is None:
+        return 1
+    if args.limit < 1:
+        print("--limit: expected a positive integer", file=sys.stderr)
+        return 2
+    try:
+        journal = Journal.open_read_only(config.journal)
+    except FileNotFoundError as error:
+        print(f"{error} (the restarter has not written anything yet)", file=sys.stderr)
+        return 1
+    try:
+        entries = journal.recent(args.limit)
+    finally:
+        journal.close()
+    if not entries:
+        print("the journal is empty")
+        return 0
+    print(format_table(entries))
+    return 0

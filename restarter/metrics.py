@@ -1,0 +1,78 @@
+"""The restarter's own metrics (names fixed by the project's shared contract)."""
+
+from __future__ import annotations
+
+import prometheus_client
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from restarter.config import RestarterConfig
+from stallwatch import __version__
+
+RESULTS = ("success", "failure", "timeout")
+# Alerts whose target is not configured are counted under this label value, so a hostile
+# (but authenticated) sender cannot create series at will.
+UNCONFIGURED_TARGET = ""
+
+prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
+
+
+class RestarterMetrics:
+    def __init__(self, config: RestarterConfig) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.restarts = Counter(
+            "stallwatch_restarter_restarts",
+            "Restart actions run, by result.",
+            ["target", "result"],
+            registry=self.registry,
+        )
+        self.skips = Counter(
+            "stallwatch_restarter_skips",
+            "Firing restart alerts not acted on, by reason.",
+            ["target", "reason"],
+            registry=self.registry,
+        )
+        self.resolved = Counter(
+            "stallwatch_restarter_resolved",
+            "Resolved alerts journaled (never acted on).",
+            ["target"],
+            registry=self.registry,
+        )
+        self.webhook_requests = Counter(
+            "stallwatch_restarter_webhook_requests",
+            "Webhook requests answered, by HTTP status code.",
+            ["code"],
+            registry=self.registry,
+        )
+        self.action_duration = Histogram(
+            "stallwatch_restarter_action_duration_seconds",
+            "Duration of restart actions.",
+            ["target"],
+            buckets=(0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600),
+            registry=self.registry,
+        )
+        self.budget_exhausted = Gauge(
+            "stallwatch_restarter_budget_exhausted",
+            "1 when the target has used its whole restart budget in the current window.",
+            ["target"],
+            registry=self.registry,
+        )
+        self.last_restart = Gauge(
+            "stallwatch_restarter_last_restart_timestamp_seconds",
+            "Unix time of the target's latest restart decision.",
+            ["target"],
+            registry=self.registry,
+        )
+        build_info = Gauge(
+            "stallwatch_restarter_build_info",
+            "The restarter's version.",
+            ["version"],
+            registry=self.registry,
+        )
+        build_info.labels(version=__version__).set(1)
+        for target in config.targets:
+            for result in RESULTS:
+                self.restarts.labels(target=target.name, result=result)
+            self.budget_exhausted.labels(target=target.name).set(0)
+
+    def exposition(self) -> bytes:
+        return prometheus_client.generate_latest(self.registry)
