@@ -10,12 +10,22 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
+import yaml
 from aiohttp import web
 
-from .harness import AlertingStack
+from .harness import (
+    FOR_OVERRIDES,
+    AlertingStack,
+    rewrite_alert_rules,
+    rewrite_alertmanager_config,
+)
+
+REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.e2e
 
@@ -235,3 +245,52 @@ async def test_the_receiver_refuses_a_request_without_the_token(
     ):
         assert response.status == 401
     assert stack.receiver.rejected == before + 1
+
+
+def without(document: Any, key: str) -> Any:
+    """`document` with every mapping entry named `key` removed, at any depth."""
+    if isinstance(document, dict):
+        return {k: without(v, key) for k, v in document.items() if k != key}
+    if isinstance(document, list):
+        return [without(item, key) for item in document]
+    return document
+
+
+def test_the_harness_changes_only_the_for_durations_of_the_rules() -> None:
+    """The e2e rules are the project's rules with only LLMServerDown's and ExporterDown's `for:`."""
+    original = yaml.safe_load((REPO / "prometheus" / "alerts.yml").read_text())
+
+    rewritten = rewrite_alert_rules(original, FOR_OVERRIDES)
+
+    assert without(rewritten, "for") == without(original, "for")
+    durations = {
+        rule["alert"]: rule.get("for") for group in rewritten["groups"] for rule in group["rules"]
+    }
+    assert durations == {
+        "LLMServerStuck": None,
+        "LLMServerUnresponsive": None,
+        "LLMServerDown": "3s",
+        "LLMServerRestartLoop": None,
+        "StallwatchExporterDown": "2s",
+        "StallwatchRestartBudgetExhausted": None,
+    }
+
+
+def test_the_harness_changes_only_timers_url_and_token_file_of_the_routing() -> None:
+    """The e2e routing is the project's routing with only grouping timers and webhook target."""
+    original = yaml.safe_load((REPO / "alertmanager" / "alertmanager.yml").read_text())
+
+    rewritten = rewrite_alertmanager_config(
+        original, webhook_url="http://127.0.0.1:1/alerts", credentials_file="token"
+    )
+
+    ignored = ("group_wait", "group_interval", "url", "credentials_file")
+    stripped_rewritten, stripped_original = rewritten, original
+    for key in ignored:
+        stripped_rewritten = without(stripped_rewritten, key)
+        stripped_original = without(stripped_original, key)
+    assert stripped_rewritten == stripped_original
+    assert rewritten["route"]["group_wait"] == "0s"
+    assert rewritten["route"]["group_interval"] == "1s"
+    assert rewritten["route"]["routes"][0]["group_wait"] == "0s"
+    assert rewritten["route"]["routes"][0]["group_interval"] == "1s"
