@@ -175,6 +175,8 @@ class SimServer:
     async def stop(self) -> None:
         """Stop listening and release everything; safe to call more than once."""
         runner, self._runner, self._site = self._runner, None, None
+        # Answer requests in flight first, so shutting down does not wait for them.
+        self._fail_all(RequestFailed(500, "InternalServerError", ENGINE_DEAD_MESSAGE))
         if runner is not None:
             await runner.cleanup()
         for task in list(self._background):
