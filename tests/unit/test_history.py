@@ -1,0 +1,80 @@
+"""The per-target record the exporter keeps between polls."""
+
+from __future__ import annotations
+
+from exporter.classify import State, Verdict, down
+from exporter.history import PollOutcome, TargetHistory
+from exporter.reading import Reading
+
+
+def outcome(
+    verdict: Verdict,
+    at: float,
+    *,
+    reading: Reading | None = None,
+    probes: int = 0,
+    failed: int = 0,
+    error: str | None = None,
+) -> PollOutcome:
+    return PollOutcome(
+        verdict=verdict,
+        reading=reading,
+        finished_at=at,
+        duration_seconds=0.01,
+        probes_sent=probes,
+        probes_failed=failed,
+        error_reason=error,
+    )
+
+
+STALLED = Verdict(State.STALLED, "no progress", running=2.0)
+BUSY = Verdict(State.BUSY, "moving", running=2.0, progressed=True)
+
+
+def test_consecutive_polls_in_one_state_are_counted_and_reset_on_change() -> None:
+    """state_polls counts a run of one state and starts again at 1 when the state changes."""
+    history = TargetHistory()
+    for at, verdict, expected in [
+        (1, BUSY, 1),
+        (2, STALLED, 1),
+        (3, STALLED, 2),
+        (4, STALLED, 3),
+        (5, BUSY, 1),
+        (6, STALLED, 1),
+    ]:
+        history = history.advance(outcome(verdict, at))
+        assert history.state_polls == expected, at
+
+
+def test_a_down_poll_keeps_the_baseline_reading() -> None:
+    """A failed read does not replace the last good reading, so a restart is still seen."""
+    reading = Reading(taken_at=1.0, process_start_time=100.0)
+    history = TargetHistory().advance(outcome(BUSY, 1, reading=reading))
+    history = history.advance(outcome(down("refused"), 2, error="connection"))
+    assert history.baseline is reading
+    assert history.state == State.DOWN
+    assert dict(history.poll_errors) == {"connection": 1}
+
+
+def test_progress_time_moves_only_with_progress_or_proven_idle() -> None:
+    """last_progress_at is set by progress or proven idleness, never by a stall."""
+    history = TargetHistory().advance(outcome(BUSY, 10))
+    history = history.advance(outcome(STALLED, 20))
+    assert history.last_progress_at == 10
+    idle = Verdict(State.IDLE, "answered")
+    history = history.advance(outcome(idle, 30, probes=1))
+    assert history.last_progress_at == 30
+    pending = Verdict(State.IDLE, "waiting for a test request", probe_needed=True)
+    history = history.advance(outcome(pending, 40))
+    assert history.last_progress_at == 30
+
+
+def test_counters_add_up() -> None:
+    """Polls, test requests, failures and restarts accumulate."""
+    restarted = Verdict(State.RESTARTED, "new process", restart_detected=True)
+    history = TargetHistory()
+    history = history.advance(outcome(Verdict(State.UNRESPONSIVE, "x"), 1, probes=1, failed=1))
+    history = history.advance(outcome(restarted, 2))
+    history = history.advance(outcome(Verdict(State.IDLE, "ok"), 3, probes=1))
+    assert (history.polls, history.probe_requests, history.probe_failures) == (3, 2, 1)
+    assert history.restarts_detected == 1
