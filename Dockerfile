@@ -1,0 +1,38 @@
+# One image for every stallwatch component: `stallwatch exporter`, `stallwatch restarter`,
+# `stallwatch sim`. docker-compose.yml picks the subcommand and defines the healthchecks, so
+# the image has none of its own.
+
+# --- build: wheels for stallwatch and its dependencies -------------------------------------
+FROM python:3.11-slim AS build
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY stallwatch ./stallwatch
+COPY exporter ./exporter
+COPY restarter ./restarter
+COPY simulator ./simulator
+RUN pip wheel --no-cache-dir --wheel-dir /wheels .
+
+# --- runtime ---------------------------------------------------------------------------------
+FROM python:3.11-slim
+ARG VERSION=0.1.0
+LABEL org.opencontainers.image.title="stallwatch" \
+      org.opencontainers.image.description="Keep LLM model servers up without using what the health check guards" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.licenses="Apache-2.0"
+ENV PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+COPY --from=build /wheels /wheels
+RUN pip install --no-cache-dir --no-index --find-links=/wheels stallwatch \
+    && rm -rf /wheels \
+    && groupadd --system --gid 10001 stallwatch \
+    && useradd --system --uid 10001 --gid 10001 --no-create-home --shell /usr/sbin/nologin stallwatch \
+    && mkdir -p /var/lib/stallwatch /etc/stallwatch \
+    && chown stallwatch:stallwatch /var/lib/stallwatch
+# The restarter's journal lives here; a named volume mounted on it inherits this ownership.
+VOLUME ["/var/lib/stallwatch"]
+WORKDIR /var/lib/stallwatch
+USER 10001:10001
+EXPOSE 9732 9733 8000
+ENTRYPOINT ["stallwatch"]
+CMD ["--help"]
