@@ -7,6 +7,7 @@ import asyncio
 import datetime
 import logging
 import signal
+import sqlite3
 import sys
 from pathlib import Path
 from typing import Any
@@ -108,7 +109,16 @@ def run(args: argparse.Namespace) -> int:
         for line in describe(config):
             print(f"  {line}")
         return 0
-    asyncio.run(_serve_until_signal(config))
+    try:
+        asyncio.run(_serve_until_signal(config))
+    except OSError as error:
+        print(f"stallwatch restarter: cannot listen on {config.listen}: {error}", file=sys.stderr)
+        return 1
+    except sqlite3.Error as error:
+        print(
+            f"stallwatch restarter: cannot open journal {config.journal}: {error}", file=sys.stderr
+        )
+        return 1
     return 0
 
 

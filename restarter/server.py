@@ -374,8 +374,12 @@ async def serve(config: RestarterConfig, *, stop: asyncio.Event | None = None) -
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     host, port = config.host_port
-    site = web.TCPSite(runner, host, port, ssl_context=ssl_context(config))
-    await site.start()
+    try:
+        site = web.TCPSite(runner, host, port, ssl_context=ssl_context(config))
+        await site.start()
+    except BaseException:
+        await runner.cleanup()
+        raise
     scheme = "https" if config.tls_cert_file else "http"
     log.info("restarter listening on %s://%s (journal %s)", scheme, config.listen, config.journal)
     try:
