@@ -1,0 +1,322 @@
+"""grafana/dashboards/stallwatch.json is a well-formed dashboard that uses only real series.
+
+Grafana cannot run here, so this checks the structure Grafana 10/11 needs and that every
+query names a metric the exporter or restarter publishes (the shared metric contract), a
+recording rule of prometheus/recording.yml, or a Prometheus builtin.
+tests/e2e/test_dashboard_queries.py runs every query against a real Prometheus.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+DASHBOARD = REPO / "grafana" / "dashboards" / "stallwatch.json"
+RECORDING_RULES = REPO / "prometheus" / "recording.yml"
+DATASOURCE = {"type": "prometheus", "uid": "prometheus"}
+
+# The shared metric contract: every series the exporter and the restarter publish.
+EXPORTER_METRICS = frozenset(
+    {
+        "stallwatch_target_state",
+        "stallwatch_target_state_polls",
+        "stallwatch_target_up",
+        "stallwatch_target_info",
+        "stallwatch_target_interval_seconds",
+        "stallwatch_requests_running",
+        "stallwatch_requests_waiting",
+        "stallwatch_engine_steps_per_second",
+        "stallwatch_generation_tokens_per_second",
+        "stallwatch_last_progress_timestamp_seconds",
+        "stallwatch_restarts_detected_total",
+        "stallwatch_probe_requests_total",
+        "stallwatch_probe_failures_total",
+        "stallwatch_polls_total",
+        "stallwatch_poll_errors_total",
+        "stallwatch_poll_duration_seconds",
+        "stallwatch_last_poll_timestamp_seconds",
+        "stallwatch_config_last_reload_successful",
+        "stallwatch_config_last_reload_success_timestamp_seconds",
+        "stallwatch_build_info",
+    }
+)
+RESTARTER_HISTOGRAMS = frozenset({"stallwatch_restarter_action_duration_seconds"})
+RESTARTER_METRICS = frozenset(
+    {
+        "stallwatch_restarter_restarts_total",
+        "stallwatch_restarter_skips_total",
+        "stallwatch_restarter_resolved_total",
+        "stallwatch_restarter_webhook_requests_total",
+        "stallwatch_restarter_budget_exhausted",
+        "stallwatch_restarter_last_restart_timestamp_seconds",
+        "stallwatch_restarter_build_info",
+        *(
+            f"{name}{suffix}"
+            for name in RESTARTER_HISTOGRAMS
+            for suffix in ("_bucket", "_sum", "_count")
+        ),
+    }
+)
+PROMETHEUS_BUILTINS = frozenset({"ALERTS", "ALERTS_FOR_STATE", "up"})
+STATES = (
+    "down",
+    "no_metrics",
+    "restarted",
+    "sleeping",
+    "busy",
+    "stalled",
+    "idle",
+    "unresponsive",
+    "unknown",
+)
+PROMQL_KEYWORDS = frozenset(
+    {"and", "or", "unless", "bool", "offset", "by", "without", "on", "ignoring", "inf", "nan"}
+)
+GRID_WIDTH = 24
+
+
+def load_dashboard() -> dict[str, Any]:
+    document: dict[str, Any] = json.loads(DASHBOARD.read_text())
+    return document
+
+
+def panels(dashboard: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every panel, including those inside collapsed rows."""
+    result: list[dict[str, Any]] = []
+    for panel in dashboard["panels"]:
+        result.append(panel)
+        result.extend(panel.get("panels", []))
+    return result
+
+
+def query_panels(dashboard: dict[str, Any]) -> list[dict[str, Any]]:
+    return [panel for panel in panels(dashboard) if panel["type"] != "row"]
+
+
+def recording_rule_expressions() -> dict[str, str]:
+    document = yaml.safe_load(RECORDING_RULES.read_text())
+    rules = [rule for group in document["groups"] for rule in group["rules"]]
+    return {rule["record"]: rule["expr"] for rule in rules if "record" in rule}
+
+
+def recording_rule_names() -> set[str]:
+    return set(recording_rule_expressions())
+
+
+def metric_names(expr: str) -> set[str]:
+    """The metric names a PromQL expression selects (not functions, labels or keywords)."""
+    text = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)
+    text = re.sub(r"\{[^}]*\}", " ", text)
+    text = re.sub(r"\[[^\]]*\]", " ", text)
+    text = re.sub(
+        r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", " ", text, flags=re.I
+    )
+    text = re.sub(r"\$\{?\w+\}?", " ", text)
+    names = set()
+    for match in re.finditer(r"(?<![\w.:])([a-zA-Z_:][a-zA-Z0-9_:]*)(?![\w:])(?!\s*\()", text):
+        name = match.group(1)
+        if name.lower() not in PROMQL_KEYWORDS:
+            names.add(name)
+    return names
+
+
+def dashboard_expressions(dashboard: dict[str, Any]) -> list[str]:
+    return [
+        target["expr"] for panel in query_panels(dashboard) for target in panel.get("targets", [])
+    ]
+
+
+def test_the_metric_name_reader_finds_metrics_and_only_metrics() -> None:
+    """The extractor used below separates metric names from functions, labels and keywords."""
+    assert metric_names(
+        'sum by (target, reason) (increase(foo_total{target=~"$target",x="a b"}[$__range])) * 60'
+    ) == {"foo_total"}
+    assert metric_names("a:b:c{x='y'} and ignoring(state) bar == 1 or vector(0)") == {
+        "a:b:c",
+        "bar",
+    }
+    assert metric_names('ALERTS{alertstate="firing"} offset 5m') == {"ALERTS"}
+    assert metric_names("histogram_quantile(0.9, rate(h_bucket[1m]))") == {"h_bucket"}
+
+
+def test_the_dashboard_is_a_grafana_10_or_11_dashboard() -> None:
+    """Valid JSON with a uid, a title, schemaVersion 36-41 and a panel list."""
+    dashboard = load_dashboard()
+    assert dashboard["uid"] == "stallwatch"
+    assert dashboard["title"]
+    assert 36 <= dashboard["schemaVersion"] <= 41
+    assert query_panels(dashboard)
+    assert "id" not in dashboard or dashboard["id"] is None
+
+
+def test_panel_ids_are_unique() -> None:
+    """Grafana keys panels by id; two panels with one id break editing and links."""
+    ids = [panel["id"] for panel in panels(load_dashboard())]
+    assert all(isinstance(panel_id, int) for panel_id in ids)
+    assert len(ids) == len(set(ids)), ids
+
+
+def test_every_panel_queries_the_provisioned_prometheus() -> None:
+    """Each panel and each of its queries names the provisioned data source (uid prometheus)."""
+    for panel in query_panels(load_dashboard()):
+        assert panel.get("datasource") == DATASOURCE, panel["title"]
+        targets = panel.get("targets", [])
+        assert targets, f"{panel['title']} has no query"
+        ref_ids = [target["refId"] for target in targets]
+        assert len(ref_ids) == len(set(ref_ids)), panel["title"]
+        for target in targets:
+            assert target.get("datasource") == DATASOURCE, panel["title"]
+            assert target.get("expr", "").strip(), f"{panel['title']} {target['refId']}: no expr"
+
+
+def test_every_metric_is_in_the_contract_the_rules_or_prometheus() -> None:
+    """No query names a series nobody publishes (a typo shows as an empty panel, silently)."""
+    known = EXPORTER_METRICS | RESTARTER_METRICS | PROMETHEUS_BUILTINS | recording_rule_names()
+    dashboard = load_dashboard()
+    used: set[str] = set()
+    for expr in dashboard_expressions(dashboard):
+        names = metric_names(expr)
+        assert names, f"no metric in {expr!r}"
+        unknown = names - known
+        assert not unknown, f"{expr!r} uses unknown metrics {sorted(unknown)}"
+        used |= names
+    for variable in dashboard["templating"]["list"]:
+        if variable["type"] == "query":
+            match = re.fullmatch(r"label_values\((\w+),\s*(\w+)\)", variable["definition"])
+            assert match, variable["definition"]
+            assert match.group(1) in known
+    # The series the dashboard promises are shown, directly or through a recording rule.
+    rules = recording_rule_expressions()
+    shown = used | {name for rule in used & set(rules) for name in metric_names(rules[rule])}
+    for required in (
+        "stallwatch_target_state",
+        "stallwatch_requests_running",
+        "stallwatch_requests_waiting",
+        "stallwatch_engine_steps_per_second",
+        "stallwatch_generation_tokens_per_second",
+        "stallwatch_probe_requests_total",
+        "stallwatch_restarts_detected_total",
+        "stallwatch_restarter_restarts_total",
+        "stallwatch_restarter_skips_total",
+        "stallwatch_poll_errors_total",
+        "stallwatch_poll_duration_seconds",
+        "ALERTS",
+    ):
+        assert required in shown, required
+
+
+def test_the_dashboard_uses_the_recording_rules_where_they_fit() -> None:
+    """State code, steps/s, tokens/s, detected restarts, restarts and skips read the rules."""
+    expressions = " ".join(dashboard_expressions(load_dashboard()))
+    for rule in (
+        "target:stallwatch_target_state_code:max",
+        "target:stallwatch_engine_steps_per_second:max",
+        "target:stallwatch_generation_tokens_per_second:max",
+        "target:stallwatch_restarts_detected:increase1h",
+        "target_result:stallwatch_restarter_restarts:increase1h",
+        "target_reason:stallwatch_restarter_skips:increase1h",
+    ):
+        assert rule in recording_rule_names(), rule
+        assert rule in expressions, rule
+
+
+def test_the_target_variable_filters_every_per_target_query() -> None:
+    """`target` comes from label_values(stallwatch_target_state, target); queries use =~."""
+    dashboard = load_dashboard()
+    (variable,) = [v for v in dashboard["templating"]["list"] if v["name"] == "target"]
+    assert variable["type"] == "query"
+    assert variable["definition"] == "label_values(stallwatch_target_state, target)"
+    assert variable["query"]["query"] == variable["definition"]
+    assert variable["datasource"] == DATASOURCE
+    assert variable["includeAll"] is True
+    assert variable["multi"] is True
+    assert variable["allValue"] == ".*"
+    for expr in dashboard_expressions(dashboard):
+        if "$target" in expr:
+            assert 'target=~"$target"' in expr, expr
+            assert 'target="$target"' not in expr, expr
+        elif "ALERTS" not in expr and "up{" not in expr:
+            assert "stallwatch_config" in expr, f"{expr!r} ignores the target selection"
+
+
+def test_the_state_timeline_maps_every_state_code_of_the_recording_rule() -> None:
+    """The state-timeline's value mappings match the codes target:..._state_code:max assigns."""
+    document = yaml.safe_load(RECORDING_RULES.read_text())
+    (rule,) = [
+        rule
+        for group in document["groups"]
+        for rule in group["rules"]
+        if rule.get("record") == "target:stallwatch_target_state_code:max"
+    ]
+    codes = {
+        state: int(code)
+        for state, code in re.findall(r'state="(\w+)"\}\s*\*\s*(\d+)', rule["expr"])
+    }
+    assert set(codes) == set(STATES)
+    (timeline,) = [
+        panel
+        for panel in query_panels(load_dashboard())
+        if panel["type"] == "state-timeline"
+        and any("state_code" in target["expr"] for target in panel["targets"])
+    ]
+    (mapping,) = timeline["fieldConfig"]["defaults"]["mappings"]
+    assert mapping["type"] == "value"
+    assert {int(code): entry["text"] for code, entry in mapping["options"].items()} == {
+        code: state for state, code in codes.items()
+    }
+
+
+@pytest.mark.parametrize(
+    ("needle", "panel_type"),
+    [
+        ("stallwatch_probe_requests_total", "timeseries"),
+        ('ALERTS{alertstate="firing"}', "state-timeline"),
+        ("stallwatch_restarter_restarts", "timeseries"),
+        ("stallwatch_restarter_skips", "timeseries"),
+    ],
+)
+def test_the_promised_panels_exist(needle: str, panel_type: str) -> None:
+    """Test requests, alerts, restarts performed and skips each have a panel of the right type."""
+    matching = [
+        panel
+        for panel in query_panels(load_dashboard())
+        if any(needle in target["expr"] for target in panel["targets"])
+    ]
+    assert [panel["type"] for panel in matching] == [panel_type]
+
+
+def test_test_requests_are_counted_with_increase() -> None:
+    """The test-request panel plots increase() of the counter, which stays at 0 while busy."""
+    expressions = dashboard_expressions(load_dashboard())
+    assert any(
+        re.search(r"increase\(stallwatch_probe_requests_total\{[^}]*\}\[\$__\w+\]\)", expr)
+        for expr in expressions
+    )
+
+
+def test_panels_fit_the_grid_without_overlapping() -> None:
+    """Every panel lies inside the 24-column grid and no two panels share a cell."""
+    cells: dict[tuple[int, int], str] = {}
+    for panel in query_panels(load_dashboard()):
+        grid = panel["gridPos"]
+        assert grid["w"] > 0
+        assert grid["h"] > 0
+        assert grid["x"] >= 0
+        assert grid["x"] + grid["w"] <= GRID_WIDTH, panel["title"]
+        for x in range(grid["x"], grid["x"] + grid["w"]):
+            for y in range(grid["y"], grid["y"] + grid["h"]):
+                assert (x, y) not in cells, f"{panel['title']} overlaps {cells[(x, y)]}"
+                cells[(x, y)] = panel["title"]
+
+
+def test_every_panel_says_what_it_shows() -> None:
+    """Each panel has a title and a description (Grafana shows it as the panel's help)."""
+    for panel in query_panels(load_dashboard()):
+        assert panel["title"].strip()
+        assert len(panel.get("description", "")) >= 40, panel["title"]
