@@ -1,0 +1,120 @@
+"""The incident replay: the old watchdogs vs stallwatch's real decision code, in virtual time."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from exporter.reading import parse_reading
+from simulator.engine import SimRequest
+from simulator.metrics import EngineView, RenderOptions, render_payload
+from stallwatch.cli import main
+from stallwatch.replay import (
+    ReplayConfig,
+    ReplayResult,
+    Scheduler,
+    SimulatedServer,
+    engine_reading,
+    plan_traffic,
+    run_replay,
+)
+
+SEEDS = (1, 2, 3)
+HOURS = 12.0
+
+
+@pytest.fixture(scope="module")
+def results() -> dict[int, ReplayResult]:
+    return {seed: run_replay(ReplayConfig(seed=seed, hours=HOURS)) for seed in SEEDS}
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_old_way_restarts_a_healthy_server_under_batch_load(
+    results: dict[int, ReplayResult], seed: int
+) -> None:
+    """Request-sending watchdogs time out behind the batch job and restart a healthy server."""
+    old = results[seed].old
+    assert old.false_restarts >= 1
+    assert old.test_requests_to_busy_server > 0
+    assert old.failed_500 > results[seed].new.failed_500
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_new_way_never_restarts_a_healthy_server(
+    results: dict[int, ReplayResult], seed: int
+) -> None:
+    """stallwatch restarts only hung servers and never sends a test request to a busy one."""
+    new = results[seed].new
+    assert new.false_restarts == 0
+    assert new.test_requests_to_busy_server == 0
+    assert new.test_requests > 0  # it does probe, but only idle servers
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_new_way_catches_every_real_hang(results: dict[int, ReplayResult], seed: int) -> None:
+    """Every seeded engine hang is caught, by a restart, within a few minutes."""
+    result = results[seed]
+    assert len(result.new.hangs) == len(result.hang_times) >= 1
+    for hang in result.new.hangs:
+        assert hang.caught_after is not None
+        assert hang.caught_after < 300
+    assert result.new.true_restarts == len(result.hang_times)
+
+
+def test_same_seed_gives_the_same_result(results: dict[int, ReplayResult]) -> None:
+    """The replay is deterministic: the same seed and settings give the same day."""
+    assert run_replay(ReplayConfig(seed=SEEDS[0], hours=HOURS)) == results[SEEDS[0]]
+
+
+def test_different_seeds_give_different_days() -> None:
+    """The seed drives the traffic and the hang times."""
+    first = plan_traffic(ReplayConfig(seed=1))
+    second = plan_traffic(ReplayConfig(seed=2))
+    assert first.hang_times != second.hang_times
+
+
+def test_hang_of_an_idle_server_is_caught_through_the_idle_test_request() -> None:
+    """With no traffic, a hang shows only through the failing idle test request (unresponsive)."""
+    config = ReplayConfig(seed=4, hours=4, load=0, interactive_per_hour=0)
+    result = run_replay(config)
+    assert result.new.true_restarts == len(result.hang_times) == 1
+    assert result.new.false_restarts == 0
+    assert result.new.hangs[0].caught_after is not None
+
+
+def test_replay_reads_what_the_parser_reads_from_the_simulator_payload() -> None:
+    """The replay's reading of the engine equals parse_reading of the simulator's /metrics."""
+    server = SimulatedServer(ReplayConfig(), Scheduler())
+    assert server.engine is not None
+    engine = server.engine
+    engine.submit(SimRequest("a", 10, 50, True, 0.0), 0.0)
+    engine.submit(SimRequest("b", 300, 50, True, 0.0), 0.0)
+    engine.advance_to(20.0)
+    views = [EngineView("0", engine.stats, engine.sleep_level, engine.config.kv_cache_tokens)]
+    options = RenderOptions(
+        model_name="model", multiprocess=False, vllm_metrics=True, process_start_time=123.0
+    )
+    parsed = parse_reading(render_payload(views, options), taken_at=20.0)
+    assert engine_reading(engine, 123.0, 20.0) == parsed
+    assert parsed.engines[0].steps
+
+
+def test_cli_prints_the_table_and_json(capsys: pytest.CaptureFixture[str]) -> None:
+    """`stallwatch replay` prints the old-vs-new table with assumptions, or JSON with --json."""
+    assert main(["replay", "--seed", "2", "--hours", "3"]) == 0
+    text = capsys.readouterr().out
+    assert "test requests sent to a busy server" in text
+    assert "Assumptions:" in text
+    assert main(["replay", "--seed", "2", "--hours", "3", "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["new"]["test_requests_to_busy_server"] == 0
+    assert document["seed"] == 2
+
+
+def test_cli_rejects_a_bad_number(capsys: pytest.CaptureFixture[str]) -> None:
+    """A non-positive --hours is a usage error naming the value."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(["replay", "--hours", "0"])
+    assert exit_info.value.code == 2
+    assert "'0'" in capsys.readouterr().err
