@@ -73,12 +73,13 @@ PROXY_TARGET = "gateway"
 MODEL = "tiny"
 WORK_STATES = frozenset({"busy", "stalled", "unknown"})
 RESTART_ALERTS = ("LLMServerStuck", "LLMServerUnresponsive")
+PREFILL_TOKENS_PER_SECOND = 1500
 SIMULATOR_FLAGS = (
     "--model", MODEL,
     "--max-num-seqs", "4",
     "--tokens-per-second", "40",
     "--max-num-batched-tokens", "64",
-    "--prefill-tokens-per-second", "1500",
+    "--prefill-tokens-per-second", str(PREFILL_TOKENS_PER_SECOND),
     "--max-model-len", "32768",
     "--kv-cache-tokens", "32768",
 )  # fmt: skip
@@ -112,19 +113,21 @@ class Script:
     traffic_before_hang_seconds: float
     after_recovery_seconds: float
     wind_down_seconds: float
+    heartbeat_seconds: float  # a status line this often (0: never)
     recovery_timeout_seconds: float = 60.0
 
 
 FULL_SCRIPT = Script(
     name="full",
     batch_max_tokens=8000,
-    batch_alone_seconds=8.0,
-    long_prompt_tokens=24000,
+    batch_alone_seconds=15.0,
+    long_prompt_tokens=30000,
     traffic_concurrency=2,
     traffic_max_tokens=400,
-    traffic_before_hang_seconds=8.0,
-    after_recovery_seconds=12.0,
-    wind_down_seconds=6.0,
+    traffic_before_hang_seconds=15.0,
+    after_recovery_seconds=20.0,
+    wind_down_seconds=10.0,
+    heartbeat_seconds=10.0,
 )
 SHORT_SCRIPT = Script(
     name="short",
@@ -136,6 +139,7 @@ SHORT_SCRIPT = Script(
     traffic_before_hang_seconds=3.0,
     after_recovery_seconds=4.0,
     wind_down_seconds=3.0,
+    heartbeat_seconds=0.0,
 )
 
 
@@ -572,10 +576,27 @@ class Observer:
         self.journal_entries: list[dict[str, Any]] = []
         self.last_sample = time.monotonic()
 
-    async def run(self) -> None:
+    async def run(self, heartbeat_seconds: float = 0.0) -> None:
+        next_heartbeat = time.monotonic() + heartbeat_seconds
         while True:
             await self.sample()
+            if heartbeat_seconds and time.monotonic() >= next_heartbeat:
+                self.heartbeat()
+                next_heartbeat += heartbeat_seconds
             await asyncio.sleep(SAMPLE_SECONDS)
+
+    def heartbeat(self) -> None:
+        """One status line: each server's state and the test requests sent to it."""
+        parts = []
+        for name in SERVERS:
+            tally = self.tallies[name]
+            view = self.views.get(name)
+            polls = f" for {view.state_polls} polls" if view is not None else ""
+            parts.append(
+                f"{name} {tally.state}{polls}, {tally.test_requests} test requests "
+                f"({tally.test_requests_while_busy} while busy)"
+            )
+        self.timeline.emit("status", "; ".join(parts))
 
     async def sample(self) -> None:
         views, alerts, am_alerts, journal = await asyncio.gather(
@@ -677,7 +698,7 @@ class Observer:
             run = f" after {now - tally.state_since:.0f} s"
             if tally.requests_in_run:
                 run += f", {tally.requests_in_run} test requests"
-            elif tally.state in WORK_STATES or tally.kind == "proxy":
+            elif tally.state in WORK_STATES:
                 run += ", 0 test requests"
         detail = describe_view(view)
         if tally.kind == "proxy" and view.state == "no_metrics":
@@ -843,7 +864,8 @@ class KeepBusy:
         self.user_agent = user_agent
         self.sent = 0
         self.completed = 0
-        self.failed: dict[str, int] = {}
+        self.failed: dict[str, int] = {}  # reached the server, then failed
+        self.refused = 0  # no connection: the server was not listening
         self._workers: list[asyncio.Task[None]] = []
 
     @property
@@ -861,7 +883,12 @@ class KeepBusy:
         self._workers = []
 
     def as_json(self) -> dict[str, Any]:
-        return {"sent": self.sent, "completed": self.completed, "failed": dict(self.failed)}
+        return {
+            "sent": self.sent,
+            "completed": self.completed,
+            "failed": dict(self.failed),
+            "refused": self.refused,
+        }
 
     async def _work(self) -> None:
         while True:
@@ -878,6 +905,10 @@ class KeepBusy:
                         self.completed += 1
                         continue
                     reason = f"HTTP {response.status}"
+            except aiohttp.ClientConnectorError:
+                self.refused += 1
+                await asyncio.sleep(0.5)
+                continue
             except (aiohttp.ClientError, TimeoutError) as error:
                 reason = type(error).__name__
             self.failed[reason] = self.failed.get(reason, 0) + 1
@@ -1121,7 +1152,7 @@ class Demo:
         )
         observer = await self._start_pipeline(session)
         self.observer = observer
-        self.observer_task = asyncio.create_task(observer.run())
+        self.observer_task = asyncio.create_task(observer.run(self.script.heartbeat_seconds))
         self.tasks.append(self.observer_task)
         await self._act_batch_job(session, observer)
         await self._act_long_prompt(session, observer)
@@ -1234,7 +1265,7 @@ class Demo:
         self.tasks.append(task)
         await self._wait_sim_work(session, name, 1)
         await observer.wait_for(lambda: observer.state_of(name) == "busy", 15, f"{name} busy")
-        await asyncio.sleep(2.0)
+        await asyncio.sleep(script.long_prompt_tokens / PREFILL_TOKENS_PER_SECOND / 2)
         during = await self._engine_counters(session, name)
         window_end = await self._sim_test_requests(session, name)
         observer.tallies[name].sim_test_requests_while_busy += max(0, window_end - window_start)
@@ -1393,8 +1424,8 @@ class Demo:
         if traffic is not None:
             say(
                 f"  user traffic on {HUNG_TARGET}: {traffic.completed} requests done, "
-                f"{traffic.failed_total} failed (those in flight when the hung process was "
-                "replaced)"
+                f"{traffic.failed_total} failed (in flight on the hung process when it was "
+                f"replaced), {traffic.refused} refused while the new process started"
             )
         say(f"  old-style test request to {BATCH_TARGET}: {self.old_watchdog}")
         say(f"  long prompt on {HUNG_TARGET}: {self.long_prompt}; read busy, never stuck")

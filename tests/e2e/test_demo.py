@@ -1,0 +1,153 @@
+"""`stallwatch demo --short` end to end: the whole pipeline, real Prometheus and Alertmanager."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stallwatch.demo import TargetView, parse_exporter_metrics, probes_while_busy
+
+REPO = Path(__file__).resolve().parents[2]
+DEMO_TIMEOUT_SECONDS = 240
+
+
+def running_with_argv(pid: int, argv: list[str]) -> bool:
+    """Whether `pid` is a live process running `argv` (a reused PID runs something else)."""
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return raw.rstrip(b"\0").split(b"\0") == [arg.encode() for arg in argv]
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, str, dict[str, Any]]:
+    """Run `stallwatch demo --short` once; its exit code, output and JSON summary."""
+    summary_file = tmp_path_factory.mktemp("demo") / "summary.json"
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "stallwatch",
+            "demo",
+            "--short",
+            "--color=never",
+            "--json-summary",
+            str(summary_file),
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        output, _ = process.communicate(timeout=DEMO_TIMEOUT_SECONDS)
+    except subprocess.TimeoutExpired:
+        # SIGTERM lets the demo stop what it started; SIGKILL if it does not.
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            output, _ = process.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            output, _ = process.communicate()
+        pytest.fail(f"the demo did not end within {DEMO_TIMEOUT_SECONDS} s:\n{output}")
+    if not summary_file.exists():
+        pytest.fail(f"no JSON summary (exit code {process.returncode}):\n{output}")
+    return process.returncode, output, json.loads(summary_file.read_text())
+
+
+def test_demo_story(demo_run: tuple[int, str, dict[str, Any]]) -> None:
+    """The demo sends no test request to a busy server, restarts only the hung one, once."""
+    code, output, summary = demo_run
+    assert code == 0, output
+    assert summary["ok"] is True, summary["problems"]
+    targets = summary["targets"]
+    hung = summary["hung_target"]
+    for name, tally in targets.items():
+        assert tally["test_requests_while_busy"] == 0, name
+        assert tally["sim_test_requests_while_busy"] == 0, name
+        assert tally["false_restarts"] == 0, name
+    assert targets["gpu-a"]["busy_seconds"] > 0
+    assert targets["gpu-a"]["restarts"] == 0
+    assert targets[hung]["stalls_detected"] >= 1
+    assert targets[hung]["stuck_alerts"] >= 1
+    assert targets[hung]["restarts"] == 1
+    assert targets[hung]["stall_to_restart_seconds"] is not None
+    assert targets[hung]["stall_to_resolved_seconds"] is not None
+    assert summary["batch_job"]["failed"] == {}
+    restarts = [entry for entry in summary["journal"] if entry["decision"] == "restart"]
+    assert [(entry["target"], entry["alertname"]) for entry in restarts] == [
+        (hung, "LLMServerStuck")
+    ]
+    results = [
+        entry["result"] for entry in summary["journal"] if entry["decision"] == "action_result"
+    ]
+    assert results == ["success"]
+
+
+def test_demo_leaves_nothing_running(demo_run: tuple[int, str, dict[str, Any]]) -> None:
+    """Every process the demo started (both gpu-b processes included) is gone after it ends."""
+    _code, output, summary = demo_run
+    processes = summary["processes"]
+    names = sorted(entry["name"] for entry in processes)
+    assert names == sorted(
+        [
+            "alertmanager",
+            "exporter",
+            "prometheus",
+            "proxy",
+            "restarter",
+            "sim-gpu-a",
+            "sim-gpu-b",
+            "sim-gpu-b",
+        ]
+    ), output
+    alive = [entry for entry in processes if running_with_argv(entry["pid"], entry["argv"])]
+    assert alive == []
+
+
+def test_probes_while_busy_counts_only_polls_with_work() -> None:
+    """A test request counts against the server only when the poll that sent it read work."""
+    idle = TargetView(state="idle", polls=10, probes=3)
+    assert probes_while_busy(idle, TargetView(state="idle", polls=11, probes=4)) == (1, 0)
+    assert probes_while_busy(idle, TargetView(state="busy", polls=11, probes=4)) == (1, 1)
+    # Two polls between reads: idle then busy may hide an idle poll that sent it.
+    assert probes_while_busy(idle, TargetView(state="busy", polls=12, probes=4)) == (1, 0)
+    busy = TargetView(state="busy", polls=10, probes=3)
+    assert probes_while_busy(busy, TargetView(state="stalled", polls=12, probes=5)) == (2, 2)
+    assert probes_while_busy(busy, TargetView(state="busy", polls=11, probes=3)) == (0, 0)
+
+
+def test_parse_exporter_metrics_reads_the_state_set() -> None:
+    """The demo reads the current state and the counters per target from exporter /metrics."""
+    text = "\n".join(
+        [
+            "# TYPE stallwatch_target_state gauge",
+            *(
+                f'stallwatch_target_state{{target="gpu-a",state="{state}"}} '
+                f"{1 if state == 'busy' else 0}"
+                for state in ("down", "busy", "stalled", "idle")
+            ),
+            "# TYPE stallwatch_probe_requests counter",
+            'stallwatch_probe_requests_total{target="gpu-a"} 7',
+            "# TYPE stallwatch_polls counter",
+            'stallwatch_polls_total{target="gpu-a"} 42',
+            "# TYPE stallwatch_target_up gauge",
+            'stallwatch_target_up{target="gpu-a"} 1',
+            "# TYPE stallwatch_requests_running gauge",
+            'stallwatch_requests_running{target="gpu-a"} 4',
+            "# TYPE stallwatch_build_info gauge",
+            'stallwatch_build_info{version="0.1.0"} 1',
+            "",
+        ]
+    )
+    views = parse_exporter_metrics(text)
+    assert views == {"gpu-a": TargetView(state="busy", polls=42, probes=7, up=True, running=4.0)}
