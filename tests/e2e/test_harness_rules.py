@@ -273,6 +273,7 @@ def test_the_harness_changes_only_the_for_durations_of_the_rules() -> None:
         "LLMServerRestartLoop": None,
         "StallwatchExporterDown": "2s",
         "StallwatchRestartBudgetExhausted": None,
+        "StallwatchRestarterDown": "5m",
     }
 
 

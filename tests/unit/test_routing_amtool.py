@@ -77,6 +77,7 @@ def test_config_is_valid() -> None:
         ("LLMServerRestartLoop", "warning", "default"),
         ("StallwatchExporterDown", "critical", "default"),
         ("StallwatchRestartBudgetExhausted", "warning", "default"),
+        ("StallwatchRestarterDown", "critical", "default"),
         ("SomeOtherAlert", "critical", "default"),
     ],
 )

@@ -23,6 +23,7 @@ CONTRACT_ALERTS = {
     "LLMServerRestartLoop",
     "StallwatchExporterDown",
     "StallwatchRestartBudgetExhausted",
+    "StallwatchRestarterDown",
 }
 
 
