@@ -10,7 +10,7 @@ No I/O and no clock: `now` is passed in.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 from exporter.confirm import Confirmation
 from restarter.config import RestarterConfig
@@ -31,21 +31,7 @@ SkipReason = Literal[
     "not_confirmed_error",
     "dry_run",
 ]
-SKIP_REASONS: tuple[SkipReason, ...] = (
-    "not_restart_alert",
-    "no_target_label",
-    "unknown_target",
-    "duplicate",
-    "cooldown",
-    "budget_exhausted",
-    "fleet_in_flight",
-    "fleet_window",
-    "not_confirmed_progress",
-    "not_confirmed_idle",
-    "not_confirmed_down",
-    "not_confirmed_error",
-    "dry_run",
-)
+SKIP_REASONS: tuple[SkipReason, ...] = get_args(SkipReason)
 NOT_CONFIRMED: frozenset[str] = frozenset(r for r in SKIP_REASONS if r.startswith("not_confirmed"))
 
 _REFUSAL_REASONS: dict[str, SkipReason] = {
