@@ -1,0 +1,47 @@
+"""The benchmarks run end to end in quick mode and produce sane figures (no timing thresholds)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_quick_benchmarks_run_and_produce_sane_figures(tmp_path: Path) -> None:
+    """`python -m benchmarks --quick` runs every benchmark: ratios > 0, one restart in the storm."""
+    figures_file = tmp_path / "figures.json"
+    completed = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--quick", "--json", str(figures_file)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert "## Reading a real vLLM /metrics payload" in completed.stdout
+    figures = json.loads(figures_file.read_text())
+
+    parsing = figures["parsing"]
+    assert parsing["small_ratio"] > 0
+    assert parsing["large_ratio"] > 0
+    assert parsing["small_engines"] == 1
+    assert parsing["large_engines"] == 48
+
+    scale = figures["scale"]
+    assert scale["cpu_per_poll_seconds"] > 0
+    assert all(run["polls"] > 0 and run["errors"] == 0 for run in scale["runs"])
+
+    e2e = figures["e2e"]
+    assert len(e2e["measured_seconds"]) == 1
+    assert e2e["measured_seconds"][0] > 0
+    assert e2e["health_total"] > 0
+    assert e2e["health_ok"] == e2e["health_total"]  # /health stays 200 on a hung engine
+
+    restarter = figures["restarter"]
+    assert restarter["storm_restarts"] == 1
+    assert restarter["storm_statuses"] == {"200": restarter["storm_count"]}
+    assert restarter["latency_p50_seconds"] > 0
