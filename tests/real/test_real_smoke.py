@@ -1,0 +1,160 @@
+"""The real-vLLM infrastructure works, and the facts about vLLM that the design rests on hold."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import pytest
+
+from tests.real.vllm_server import (
+    RealVllmFactory,
+    RealVllmServer,
+    complete,
+    fetch_metrics,
+    has_metric,
+    metric_sum,
+    wait_for_metric,
+    word_prompt,
+)
+
+STEPS = "vllm:iteration_tokens_total_count"
+RUNNING = "vllm:num_requests_running"
+START_TIME = "process_start_time_seconds"
+LONG_GENERATION_TOKENS = 1500
+CONCURRENT_GENERATIONS = 4
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
+        yield session
+
+
+def _long_generations(
+    session: aiohttp.ClientSession, server: RealVllmServer
+) -> list[asyncio.Task[dict[str, Any]]]:
+    return [
+        asyncio.create_task(
+            complete(session, server.base_url, word_prompt(8 + index), LONG_GENERATION_TOKENS)
+        )
+        for index in range(CONCURRENT_GENERATIONS)
+    ]
+
+
+async def _steps_over_one_second(
+    session: aiohttp.ClientSession, server: RealVllmServer
+) -> tuple[float, float, float]:
+    """(step count, step count 1 s later, running at the second read)."""
+    first = await fetch_metrics(session, server.base_url)
+    await asyncio.sleep(1.0)
+    second = await fetch_metrics(session, server.base_url)
+    return (
+        metric_sum(first, STEPS) or 0.0,
+        metric_sum(second, STEPS) or 0.0,
+        metric_sum(second, RUNNING) or 0.0,
+    )
+
+
+async def _finish(tasks: list[asyncio.Task[dict[str, Any]]]) -> list[dict[str, Any]]:
+    try:
+        return list(await asyncio.gather(*tasks))
+    finally:
+        for task in tasks:
+            task.cancel()
+
+
+async def test_default_server_publishes_the_series_the_exporter_reads(
+    real_vllm: RealVllmServer, http: aiohttp.ClientSession
+) -> None:
+    """An idle default server's /metrics has the running gauge, step count and start time."""
+    text = await fetch_metrics(http, real_vllm.base_url)
+
+    assert has_metric(text, RUNNING)
+    assert has_metric(text, STEPS)
+    assert has_metric(text, START_TIME)
+
+
+async def test_step_count_moves_while_long_generations_run(
+    real_vllm: RealVllmServer, http: aiohttp.ClientSession
+) -> None:
+    """Four concurrent long generations move the step count within 1 s while running > 0."""
+    tasks = _long_generations(http, real_vllm)
+    try:
+        await wait_for_metric(http, real_vllm.base_url, RUNNING, lambda value: (value or 0) > 0)
+        before, after, running = await _steps_over_one_second(http, real_vllm)
+
+        assert after > before
+        assert running > 0
+    finally:
+        answers = await _finish(tasks)
+    assert [answer["usage"]["completion_tokens"] for answer in answers] == [
+        LONG_GENERATION_TOKENS
+    ] * CONCURRENT_GENERATIONS
+
+
+async def test_sigstopped_engine_core_freezes_the_step_count_but_not_health(
+    real_vllm: RealVllmServer, http: aiohttp.ClientSession
+) -> None:
+    """A SIGSTOPped engine core freezes the step count, /health stays 200; SIGCONT resumes."""
+    tasks = _long_generations(http, real_vllm)
+    try:
+        await wait_for_metric(http, real_vllm.base_url, RUNNING, lambda value: (value or 0) > 0)
+        moving_before, moving_after, _ = await _steps_over_one_second(http, real_vllm)
+        assert moving_after > moving_before
+
+        real_vllm.sigstop_engine()
+        try:
+            # Outputs already on their way to the API server still land: let them.
+            await asyncio.sleep(0.5)
+            frozen_before, frozen_after, frozen_running = await _steps_over_one_second(
+                http, real_vllm
+            )
+            async with http.get(f"{real_vllm.base_url}/health") as health:
+                health_status = health.status
+        finally:
+            real_vllm.sigcont_engine()
+
+        assert frozen_after == frozen_before
+        assert frozen_running > 0
+        assert health_status == 200
+
+        resumed_before, resumed_after, _ = await _steps_over_one_second(http, real_vllm)
+        assert resumed_after > resumed_before
+    finally:
+        answers = await _finish(tasks)
+    assert len(answers) == CONCURRENT_GENERATIONS
+
+
+async def test_two_api_servers_publish_no_process_start_time(
+    real_vllm_factory: RealVllmFactory, http: aiohttp.ClientSession
+) -> None:
+    """With --api-server-count 2 (multiprocess metrics) there is no process_start_time_seconds."""
+    server = real_vllm_factory("--api-server-count", "2", name="two-api-servers")
+    await complete(http, server.base_url, word_prompt(4), 2)
+
+    text = await wait_for_metric(
+        http, server.base_url, STEPS, lambda value: value is not None and value > 0
+    )
+
+    assert has_metric(text, RUNNING)
+    assert not has_metric(text, START_TIME)
+
+
+async def test_killed_engine_core_takes_the_server_down_and_restart_brings_a_new_one(
+    real_vllm: RealVllmServer, http: aiohttp.ClientSession
+) -> None:
+    """Killing the engine core ends the API server; restart() serves with a new start time."""
+    start_time_before = metric_sum(await fetch_metrics(http, real_vllm.base_url), START_TIME)
+
+    real_vllm.sigkill_engine()
+    exit_code = real_vllm.wait_exit(timeout_s=60)
+    assert exit_code is not None
+
+    real_vllm.restart()
+    start_time_after = metric_sum(await fetch_metrics(http, real_vllm.base_url), START_TIME)
+    assert start_time_before is not None
+    assert start_time_after is not None
+    assert start_time_after > start_time_before
