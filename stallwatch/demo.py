@@ -100,6 +100,10 @@ class DemoError(RuntimeError):
     """The demo could not run (a component did not start) or its story did not happen."""
 
 
+class DemoInterrupted(Exception):
+    """SIGTERM stopped the demo (everything it started is stopped too)."""
+
+
 @dataclass(frozen=True)
 class Script:
     """How long each act lasts and how big its work is."""
@@ -468,7 +472,7 @@ class Supervisor:
     async def start(self) -> None:
         app = web.Application()
         app.router.add_post("/restart/{target}", self._handle_restart)
-        self._runner = web.AppRunner(app, access_log=None)
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0)
         await self._runner.setup()
         await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
 
@@ -1457,7 +1461,10 @@ async def _run_with_signals(demo: Demo) -> DemoReport:
 def run_demo(options: DemoOptions, out: TextIO = sys.stdout) -> DemoReport:
     """Run the demo to its end (or until it fails or is interrupted); leave nothing running."""
     demo = Demo(options, out)
-    report = asyncio.run(_run_with_signals(demo))
+    try:
+        report = asyncio.run(_run_with_signals(demo))
+    except asyncio.CancelledError:
+        raise DemoInterrupted("terminated") from None
     if options.json_summary is not None:
         options.json_summary.write_text(json.dumps(report.summary, indent=2) + "\n")
     return report

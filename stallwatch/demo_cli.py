@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from stallwatch.demo import FULL_SCRIPT, SHORT_SCRIPT, DemoOptions, run_demo
+from stallwatch.demo import FULL_SCRIPT, SHORT_SCRIPT, DemoInterrupted, DemoOptions, run_demo
 from stallwatch.localstack import LocalStackError
 
 
@@ -62,6 +62,9 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print("\ninterrupted; everything the demo started is stopped", file=sys.stderr)
         return 130
+    except DemoInterrupted:
+        print("\nterminated; everything the demo started is stopped", file=sys.stderr)
+        return 143
     except LocalStackError as error:
         print(f"stallwatch demo: {error}", file=sys.stderr)
         return 1
