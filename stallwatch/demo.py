@@ -124,12 +124,12 @@ class Script:
 FULL_SCRIPT = Script(
     name="full",
     batch_max_tokens=8000,
-    batch_alone_seconds=15.0,
+    batch_alone_seconds=20.0,
     long_prompt_tokens=30000,
     traffic_concurrency=2,
     traffic_max_tokens=400,
     traffic_before_hang_seconds=15.0,
-    after_recovery_seconds=20.0,
+    after_recovery_seconds=25.0,
     wind_down_seconds=10.0,
     heartbeat_seconds=10.0,
 )
@@ -1203,10 +1203,13 @@ class Demo:
         )
         self.batch.start()
         await self._wait_sim_work(session, BATCH_TARGET, 4)
-        self.batch_window_start = await self._sim_test_requests(session, BATCH_TARGET)
         await observer.wait_for(
             lambda: observer.state_of(BATCH_TARGET) == "busy", 15, f"{BATCH_TARGET} busy"
         )
+        # Ground truth from here on: the simulator counts every stallwatch request it gets.
+        # (A test request sent by the last idle poll, just before the work arrived, is
+        # counted before this point: the exporter sends it right after its read.)
+        self.batch_window_start = await self._sim_test_requests(session, BATCH_TARGET)
         await asyncio.sleep(script.batch_alone_seconds)
         timeline.emit(
             "story",
@@ -1250,7 +1253,6 @@ class Demo:
             "story",
         )
         before = await self._engine_counters(session, name)
-        window_start = await self._sim_test_requests(session, name)
 
         async def long_prompt() -> None:
             async with session.post(
@@ -1269,6 +1271,7 @@ class Demo:
         self.tasks.append(task)
         await self._wait_sim_work(session, name, 1)
         await observer.wait_for(lambda: observer.state_of(name) == "busy", 15, f"{name} busy")
+        window_start = await self._sim_test_requests(session, name)
         await asyncio.sleep(script.long_prompt_tokens / PREFILL_TOKENS_PER_SECOND / 2)
         during = await self._engine_counters(session, name)
         window_end = await self._sim_test_requests(session, name)
@@ -1325,8 +1328,8 @@ class Demo:
         )
         self.traffic.start()
         await self._wait_sim_work(session, name, script.traffic_concurrency)
-        window_start = await self._sim_test_requests(session, name)
         await observer.wait_for(lambda: observer.state_of(name) == "busy", 15, f"{name} busy")
+        window_start = await self._sim_test_requests(session, name)
         await asyncio.sleep(script.traffic_before_hang_seconds)
         window_end = await self._sim_test_requests(session, name)
         tally.sim_test_requests_while_busy += max(0, window_end - window_start)
