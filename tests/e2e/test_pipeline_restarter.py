@@ -1,0 +1,406 @@
+"""The whole chain: simulator -> exporter -> Prometheus -> Alertmanager -> restarter -> restart.
+
+Why a stack of its own: the shared `alerting_stack` sends the restart alerts to a recording
+stand-in. Here Alertmanager must call the real restarter, so this module starts its own
+Prometheus and Alertmanager (module scope) through the same harness, with the restarter
+receiver's webhook URL pointed at `restarter_port`: the port where each test runs the real
+`stallwatch restarter` as a subprocess, and where Prometheus already scrapes job
+stallwatch-restarter. As in production, one listen address serves both `POST /alerts` and
+`GET /metrics`, and nothing in the test relays or rewrites a notification. (The harness has no
+parameter for the webhook URL, so the module swaps in a receiver whose `url` is the
+restarter's; a `webhook_url` argument to `AlertingStack` would make this one line.)
+
+The simulator runs as a real process. The restarter's action is a `command`: a small script
+that kills the simulator process by its PID (SIGKILL, as a hung engine may not stop on
+SIGTERM), starts a new one on the same port and waits for its /health.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.parse
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from exporter.classify import State
+from exporter.service import ExporterService
+from simulator.load import LoadSummary, run_load
+from simulator.testing import SimProcess, start_simulator_process
+from tests.component.exporter_support import history, wait_for_state, wait_until
+
+from .harness import WEBHOOK_PATH, AlertingStack, MissingBinaryError, RecordingReceiver, poll
+from .pipeline_support import (
+    TIMEOUT,
+    exporter_on_stack,
+    record_polls,
+    rules_evaluated_after,
+    seen_in_state,
+    target,
+    unique,
+)
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parents[2]
+SIM_ARGS = ("--max-num-seqs", "2", "--tokens-per-second", "40")
+HTTP = aiohttp.ClientTimeout(total=5)
+
+RESTART_SCRIPT = textwrap.dedent(
+    '''\
+    """Restart the simulator: kill the process in PIDFILE, start a new one on PORT."""
+    import os, signal, socket, subprocess, sys, time, urllib.request
+
+    pidfile, port, log, *sim_args = sys.argv[1:]
+    os.kill(int(open(pidfile).read()), signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:  # until the old process has released the port
+        try:
+            socket.create_connection(("127.0.0.1", int(port)), timeout=0.2).close()
+        except OSError:
+            break
+        time.sleep(0.02)
+    with open(log, "ab") as output:
+        new = subprocess.Popen(
+            [sys.executable, "-m", "simulator", "--port", port, *sim_args],
+            stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    with open(pidfile, "w") as file:
+        file.write(str(new.pid))
+    while time.monotonic() < deadline + 20:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=0.5).close()
+            print(f"simulator restarted as pid {new.pid}")
+            sys.exit(0)
+        except OSError:
+            time.sleep(0.05)
+    sys.exit("the new simulator did not answer /health")
+    '''
+)
+
+
+class RestarterAddress(RecordingReceiver):
+    """Gives Alertmanager the real restarter's webhook URL instead of the recording server's."""
+
+    def __init__(self, token: str, url: str) -> None:
+        super().__init__(token)
+        self._restarter_url = url
+
+    @property
+    def url(self) -> str:
+        return self._restarter_url
+
+
+class RestarterStack(AlertingStack):
+    """The harness' stack, with Alertmanager's restarter webhook at 127.0.0.1:restarter_port."""
+
+    def __init__(self, workdir: Path, repo: Path) -> None:
+        super().__init__(workdir, repo)
+        self.receiver = RestarterAddress(
+            self.token, f"http://{self.restarter_address}{WEBHOOK_PATH}"
+        )
+
+
+@pytest.fixture(scope="module")
+def restarter_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RestarterStack]:
+    """Prometheus and Alertmanager whose restart alerts go to the real restarter's port."""
+    stack = RestarterStack(tmp_path_factory.mktemp("restarter-stack"), REPO)
+    try:
+        stack.start()
+    except MissingBinaryError as error:
+        pytest.fail(str(error))
+    try:
+        yield stack
+    finally:
+        stack.stop()
+
+
+@dataclass
+class Restarter:
+    """A `stallwatch restarter` subprocess and how to read it."""
+
+    process: asyncio.subprocess.Process
+    url: str
+    token: str
+    log: Path
+
+    async def journal(self, session: aiohttp.ClientSession) -> list[dict[str, Any]]:
+        headers = {"Authorization": f"Bearer {self.token}"}
+        async with session.get(self.url + "/journal?limit=1000", headers=headers) as response:
+            assert response.status == 200, await response.text()
+            entries: list[dict[str, Any]] = (await response.json())["entries"]
+            return entries[::-1]  # oldest first
+
+    async def metrics(self, session: aiohttp.ClientSession) -> str:
+        async with session.get(self.url + "/metrics") as response:
+            assert response.status == 200
+            return await response.text()
+
+    def log_tail(self) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-30:])
+
+
+@dataclass
+class Simulator:
+    """The simulator process the restart script replaces; the current PID is in `pidfile`."""
+
+    first: SimProcess
+    pidfile: Path
+
+    @property
+    def url(self) -> str:
+        return self.first.url
+
+    @property
+    def port(self) -> int:
+        port = urllib.parse.urlsplit(self.url).port
+        assert port is not None
+        return port
+
+    @property
+    def pid(self) -> int:
+        return int(self.pidfile.read_text())
+
+    async def stats(self, session: aiohttp.ClientSession) -> dict[str, Any]:
+        async with session.get(self.url + "/sim/stats") as response:
+            stats: dict[str, Any] = await response.json()
+            return stats
+
+    async def fault(self, session: aiohttp.ClientSession, fault: str) -> None:
+        async with session.post(self.url + "/sim/fault", json={"fault": fault}) as response:
+            assert response.status == 200, await response.text()
+
+
+@contextlib.contextmanager
+def simulator(tmp_path: Path) -> Iterator[Simulator]:
+    """A simulator process; every process that held its port is killed at the end."""
+    first = start_simulator_process(SIM_ARGS)
+    pidfile = tmp_path / "simulator.pid"
+    pidfile.write_text(str(first.process.pid))
+    try:
+        yield Simulator(first, pidfile)
+    finally:
+        first.stop()
+        current = int(pidfile.read_text())
+        if current != first.process.pid:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(current, 9)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(current, 0)  # not our child: nothing to reap, but be sure
+
+
+@contextlib.asynccontextmanager
+async def restarter_for(
+    stack: RestarterStack, tmp_path: Path, name: str, sim: Simulator
+) -> AsyncIterator[Restarter]:
+    """`stallwatch restarter --config FILE` on the stack's restarter port, stopped at the end."""
+    script = tmp_path / "restart_simulator.py"
+    script.write_text(RESTART_SCRIPT)
+    token_file = tmp_path / "restarter.token"
+    token_file.write_text(stack.token + "\n")
+    config = {
+        "listen": stack.restarter_address,
+        "token_file": str(token_file),
+        "journal": str(tmp_path / "journal.sqlite"),
+        "confirm": {"gap": "500ms", "timeout": "1s"},
+        "targets": [
+            {
+                "name": name,
+                "metrics_url": sim.url + "/metrics",
+                "action": {
+                    "kind": "command",
+                    "argv": [
+                        sys.executable,
+                        str(script),
+                        str(sim.pidfile),
+                        str(sim.port),
+                        str(tmp_path / "simulator-restarted.log"),
+                        *SIM_ARGS,
+                    ],
+                },
+                "cooldown": "1m",
+                "action_timeout": "30s",
+            }
+        ],
+    }
+    config_file = tmp_path / "restarter.yml"
+    config_file.write_text(json.dumps(config))  # JSON is YAML
+    log = tmp_path / "restarter.log"
+    with log.open("wb") as output:
+        process = await asyncio.create_subprocess_exec(
+            *(sys.executable, "-m", "stallwatch", "restarter", "--config", str(config_file)),
+            stdin=subprocess.DEVNULL,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+        )
+    restarter = Restarter(process, f"http://{stack.restarter_address}", stack.token, log)
+    try:
+        async with aiohttp.ClientSession(timeout=HTTP) as session:
+
+            async def healthy() -> bool | None:
+                assert process.returncode is None, f"the restarter exited:\n{restarter.log_tail()}"
+                with contextlib.suppress(aiohttp.ClientError):
+                    async with session.get(restarter.url + "/-/healthy") as response:
+                        return response.status == 200 or None
+                return None
+
+            await poll(healthy, TIMEOUT, "the restarter's /-/healthy")
+        yield restarter
+    finally:
+        if process.returncode is None:
+            process.terminate()
+        try:
+            await asyncio.wait_for(process.wait(), 10)
+        except TimeoutError:
+            process.kill()
+            await process.wait()
+
+
+@contextlib.asynccontextmanager
+async def loaded(
+    sim: Simulator, session: aiohttp.ClientSession, concurrency: int
+) -> AsyncIterator[asyncio.Task[LoadSummary]]:
+    """Long requests kept in flight (retrying through a restart), cancelled at the end."""
+    load = asyncio.create_task(
+        run_load(sim.url, concurrency=concurrency, prompt_tokens=10, max_tokens=1_900, duration=120)
+    )
+    try:
+
+        async def two_running() -> bool | None:
+            return (await sim.stats(session))["running"] == 2 or None
+
+        await poll(two_running, TIMEOUT, "the load to run")
+        yield load
+    finally:
+        load.cancel()
+        await asyncio.gather(load, return_exceptions=True)
+
+
+async def wait_until_busy(stack: RestarterStack, service: ExporterService, name: str) -> None:
+    await wait_for_state(service, name, State.BUSY, polls=2)
+    await seen_in_state(stack, name, "busy")
+    await stack.wait_for_query('up{job="stallwatch-restarter"} == 1', TIMEOUT)
+
+
+def rows(entries: list[dict[str, Any]], name: str, decision: str) -> list[dict[str, Any]]:
+    return [e for e in entries if e["target"] == name and e["decision"] == decision]
+
+
+async def test_a_hang_is_restarted_once_and_the_server_comes_back(
+    restarter_stack: RestarterStack, tmp_path: Path
+) -> None:
+    """A hung simulator is restarted exactly once by the real restarter, and the alert resolves."""
+    stack, name = restarter_stack, unique("gpu-hang")
+    with simulator(tmp_path) as sim:
+        first_pid = sim.pid
+        async with (
+            aiohttp.ClientSession(timeout=HTTP) as session,
+            restarter_for(stack, tmp_path, name, sim) as restarter,
+            loaded(sim, session, concurrency=2),
+            exporter_on_stack(stack, target(name, sim.url)) as service,
+        ):
+            await wait_until_busy(stack, service, name)
+
+            hung_at = time.time()
+            await sim.fault(session, "hang")
+
+            async def restarted() -> list[dict[str, Any]] | None:
+                entries = await restarter.journal(session)
+                return entries if rows(entries, name, "action_result") else None
+
+            entries = await poll(restarted, 60, f"a restart of {name}\n{restarter.log_tail()}")
+            (restart,) = rows(entries, name, "restart")
+            (result,) = rows(entries, name, "action_result")
+            print(
+                f"hang -> restart decision: {restart['time'] - hung_at:.2f} s; "
+                f"hang -> action finished: {result['time'] - hung_at:.2f} s "
+                f"(action {result['duration_seconds']:.2f} s)"
+            )
+
+            # The new process is read as restarted, then busy again as the load refills it.
+            await wait_until(
+                lambda: history(service, name).restarts_detected == 1,
+                timeout=TIMEOUT,
+                what="the exporter to see the restart",
+            )
+            after = await record_polls(
+                service, name, lambda h: h.state == State.BUSY and h.state_polls >= 2, TIMEOUT
+            )
+
+            async def resolved() -> list[dict[str, Any]] | None:
+                entries = await restarter.journal(session)
+                return entries if rows(entries, name, "resolved") else None
+
+            entries = await poll(resolved, TIMEOUT, "the resolved notification")
+            await stack.wait_for_query(
+                f'stallwatch_restarter_restarts_total{{target="{name}",result="success"}} == 1',
+                TIMEOUT,
+            )
+            await rules_evaluated_after(stack, time.time())
+            entries = await restarter.journal(session)
+            metrics = await restarter.metrics(session)
+
+        assert first_pid != sim.pid
+        assert sim.first.process.poll() is not None  # the hung process is gone
+
+    assert [(e["decision"], e["reason"]) for e in entries if e["decision"] != "skip"] == [
+        ("restart", "confirmed"),
+        ("action_result", "success"),
+        ("resolved", "resolved"),
+    ], entries
+    assert {e["target"] for e in entries} == {name}
+    assert restart["alertname"] == "LLMServerStuck"
+    assert result["result"] == "success"
+    assert "simulator restarted as pid" in result["detail"]
+    assert State.STALLED not in [state for state, _ in after]
+    assert f'stallwatch_restarter_restarts_total{{result="success",target="{name}"}} 1.0' in metrics
+    assert f'stallwatch_restarter_restarts_total{{result="failure",target="{name}"}} 0.0' in metrics
+
+
+async def test_a_batch_load_is_never_restarted(
+    restarter_stack: RestarterStack, tmp_path: Path
+) -> None:
+    """Thirty-odd busy polls: the restarter gets no notification and restarts nothing."""
+    stack, name = restarter_stack, unique("gpu-batch")
+    with simulator(tmp_path) as sim:
+        first_pid = sim.pid
+        async with (
+            aiohttp.ClientSession(timeout=HTTP) as session,
+            restarter_for(stack, tmp_path, name, sim) as restarter,
+            loaded(sim, session, concurrency=4),
+            exporter_on_stack(stack, target(name, sim.url)) as service,
+        ):
+            await wait_until_busy(stack, service, name)
+            polls = await record_polls(service, name, lambda h: h.polls >= 32, timeout=60)
+            await rules_evaluated_after(stack, time.time())
+            scraped = stack.query(
+                f'stallwatch_restarter_restarts_total{{target="{name}",job="stallwatch-restarter"}}'
+            )
+            entries = await restarter.journal(session)
+            metrics = await restarter.metrics(session)
+
+        assert sim.pid == first_pid
+        assert sim.first.process.poll() is None  # still the same, running process
+
+    assert {state for state, _ in polls} == {State.BUSY}
+    assert polls[-1][1] >= 31  # 31 consecutive busy polls or more
+    assert entries == []
+    assert "stallwatch_restarter_webhook_requests_total{" not in metrics  # no notification
+    # Prometheus scrapes the restarter: the target's restart counters, all zero.
+    assert sorted((series["metric"]["result"], series["value"][1]) for series in scraped) == [
+        ("failure", "0"),
+        ("success", "0"),
+        ("timeout", "0"),
+    ]
