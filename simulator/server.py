@@ -2,7 +2,12 @@
 
 `SimServer(config)` owns the engines, the HTTP app and (when started with `start`) the
 listening socket. `build_app(config)` returns just the application for callers that run it
-themselves (then a `crash` fault marks the engine dead but cannot close the socket).
+themselves (then a `crash` fault marks the engine dead but cannot close the socket, and a
+client that disconnects aborts its request only if the runner has `handler_cancellation=True`).
+
+As in vLLM, a client that goes away (closes its connection or times out) aborts its request:
+the engine drops it from its queue or slot, frees its KV cache and counts it in
+`vllm:request_success_total{finished_reason="abort"}`.
 """
 
 from __future__ import annotations
@@ -108,6 +113,8 @@ class SimServer:
         self._ids = itertools.count(1)
         self._rr = itertools.count()
         self._in_flight: dict[str, _InFlight] = {}
+        # (engine index, request id) of requests whose client went away, for the engine core.
+        self._pending_aborts: list[tuple[int, str]] = []
         self._ticker: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[None]] = set()
         self._runner: web.AppRunner | None = None
@@ -145,6 +152,7 @@ class SimServer:
                     "vllm:kv_cache_usage_perc",
                 ):
                     engine.stats.gauges[name] = None
+        self._pending_aborts.clear()
         self.completions_by_user_agent.clear()
         self.requests_total = 0
         self.fault = None
@@ -153,7 +161,9 @@ class SimServer:
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
         """Listen on host:port (0 = a free port); return the base URL."""
-        self._runner = web.AppRunner(self.app, shutdown_timeout=2.0)
+        # handler_cancellation: a client that disconnects cancels its handler, which aborts
+        # its request (aiohttp leaves handlers running by default).
+        self._runner = web.AppRunner(self.app, shutdown_timeout=2.0, handler_cancellation=True)
         await self._runner.setup()
         self._site = web.TCPSite(self._runner, host, port)
         await self._site.start()
@@ -203,7 +213,8 @@ class SimServer:
     def tick(self, now: float) -> None:
         """Advance every engine to `now` (unless hung, asleep or dead) and deliver outputs."""
         if self.hung or self.dead:
-            return
+            return  # a stuck engine core does not read its input queue, aborts included
+        self._process_aborts()
         for engine in self.engines:
             if engine.sleep_level:
                 continue
@@ -211,6 +222,15 @@ class SimServer:
                 in_flight = self._in_flight.get(event.request_id)
                 if in_flight is not None:
                     in_flight.events.put_nowait(event)
+
+    def _process_aborts(self) -> None:
+        aborts, self._pending_aborts = self._pending_aborts, []
+        for engine_index, request_id in aborts:
+            engine = self.engines[engine_index]
+            if engine.abort(request_id) and not engine.has_work():
+                # vLLM steps once more after an abort and publishes its scheduler stats, so the
+                # gauges drop to zero; an engine with work left refreshes them on its next step.
+                engine._refresh_gauges()
 
     def _fail_all(self, failure: RequestFailed) -> None:
         for in_flight in self._in_flight.values():
@@ -308,6 +328,12 @@ class SimServer:
         return web.Response(status=200)
 
     async def handle_metrics(self, request: web.Request) -> web.Response:
+        response = web.Response(body=self.render_metrics().encode("utf-8"))
+        response.headers["Content-Type"] = CONTENT_TYPE
+        return response
+
+    def render_metrics(self) -> str:
+        """The `/metrics` body, as the server would answer it now."""
         views = [
             EngineView(str(index), engine.stats, engine.sleep_level, self.config.kv_cache_tokens)
             for index, engine in enumerate(self.engines)
@@ -318,10 +344,7 @@ class SimServer:
             vllm_metrics=self.config.metrics_enabled,
             process_start_time=self.start_time,
         )
-        body = render_payload(views, options).encode("utf-8")
-        response = web.Response(body=body)
-        response.headers["Content-Type"] = CONTENT_TYPE
-        return response
+        return render_payload(views, options)
 
     async def handle_models(self, request: web.Request) -> web.Response:
         created = int(self.clock())
@@ -458,8 +481,10 @@ class SimServer:
                 return await self._stream(request, meta, in_flight, include_usage)
             return await self._collect(meta, in_flight)
         finally:
+            # Still in flight: the client went away (the handler was cancelled or a write
+            # failed). The engine core drops the request on its next tick.
             if self._in_flight.pop(request_id, None) is not None:
-                self.engines[engine_index].abort(request_id)
+                self._pending_aborts.append((engine_index, request_id))
 
     def _parse_generation(
         self, body: dict[str, Any], chat: bool
