@@ -8,6 +8,7 @@ import json
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 import aiohttp
 
@@ -51,11 +52,13 @@ async def run_load(
     user_agent: str = DEFAULT_USER_AGENT,
     wait_for_in_flight: bool = False,
     request_timeout: float = 600.0,
+    stop: asyncio.Event | None = None,
 ) -> LoadSummary:
     """Keep `concurrency` `/v1/completions` requests (`ignore_eos`) in flight for `duration` s.
 
     At the end, requests still in flight are cancelled (counted as `unfinished`) unless
-    `wait_for_in_flight` is true. `url` is the server's base URL.
+    `wait_for_in_flight` is true. Setting `stop` ends the run early, the same way.
+    `url` is the server's base URL.
     """
     if concurrency < 1 or prompt_tokens < 1 or max_tokens < 1 or duration < 0:
         raise ValueError("concurrency, prompt_tokens and max_tokens must be >= 1, duration >= 0")
@@ -72,9 +75,12 @@ async def run_load(
     deadline = started + duration
     timeout = aiohttp.ClientTimeout(total=request_timeout)
 
+    def should_send() -> bool:
+        return time.monotonic() < deadline and not (stop is not None and stop.is_set())
+
     async def worker(session: aiohttp.ClientSession) -> None:
         nonlocal tokens
-        while time.monotonic() < deadline:
+        while should_send():
             counts["sent"] += 1
             try:
                 async with session.post(endpoint, json=payload) as response:
@@ -93,13 +99,26 @@ async def run_load(
         headers={"User-Agent": user_agent}, timeout=timeout
     ) as session:
         workers = [asyncio.create_task(worker(session)) for _ in range(concurrency)]
+        stopped = asyncio.create_task(stop.wait()) if stop is not None else None
         try:
             if wait_for_in_flight:
                 await asyncio.gather(*workers)
             else:
-                await asyncio.wait(workers, timeout=max(0.0, duration))
+                # Ends at the deadline, on `stop`, or when every worker has ended by itself.
+                ending = asyncio.create_task(asyncio.wait(workers))
+                watched: list[asyncio.Future[Any]] = [ending]
+                if stopped is not None:
+                    watched.append(stopped)
+                try:
+                    await asyncio.wait(
+                        watched, timeout=max(0.0, duration), return_when=asyncio.FIRST_COMPLETED
+                    )
+                finally:
+                    ending.cancel()
         finally:
             # Also when run_load itself is cancelled: no worker may outlive the session.
+            if stopped is not None:
+                stopped.cancel()
             for task in workers:
                 task.cancel()
             await asyncio.gather(*workers, return_exceptions=True)
