@@ -214,6 +214,11 @@ class Engine:
                 if request.request_id == request_id:
                     queue.remove(request)
                     self._labelled("vllm:request_success", "abort", 1)
+                    if not self.has_work():
+                        # vLLM steps once more after an abort and publishes its scheduler
+                        # stats, so the gauges drop to zero; an engine with work left
+                        # refreshes them on its next step.
+                        self._refresh_gauges()
                     return True
         return False
 

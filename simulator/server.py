@@ -226,11 +226,7 @@ class SimServer:
     def _process_aborts(self) -> None:
         aborts, self._pending_aborts = self._pending_aborts, []
         for engine_index, request_id in aborts:
-            engine = self.engines[engine_index]
-            if engine.abort(request_id) and not engine.has_work():
-                # vLLM steps once more after an abort and publishes its scheduler stats, so the
-                # gauges drop to zero; an engine with work left refreshes them on its next step.
-                engine._refresh_gauges()
+            self.engines[engine_index].abort(request_id)
 
     def _fail_all(self, failure: RequestFailed) -> None:
         for in_flight in self._in_flight.values():
