@@ -1,0 +1,177 @@
+"""Helpers for the scenarios on a real vLLM server: the exporter's targets, load, counters.
+
+The exporter runs in the test's event loop (see tests/component/exporter_support.py) and polls
+the real server about once a second, as a production exporter would every 15 s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+
+from exporter.classify import State
+from exporter.config import ProbeConfig, TargetConfig
+from exporter.history import TargetHistory
+from exporter.reading import Reading
+from exporter.service import ExporterService
+from tests.component.exporter_support import history
+from tests.real.vllm_server import complete, fetch_metrics, metric_samples, metric_sum, word_prompt
+
+REAL_INTERVAL = 1.0
+# A real server's /metrics answers in milliseconds even with a hung engine core; the test
+# request of an idle CPU server takes tens of milliseconds. Both get room for a busy machine.
+REAL_TIMEOUT = 1.0
+REAL_PROBE_TIMEOUT = 10.0
+COMPLETIONS_HANDLER = "/v1/completions"
+LONG_GENERATION_TOKENS = 3000
+CONCURRENT_GENERATIONS = 4
+
+
+def real_target(name: str, url: str, interval: float = REAL_INTERVAL) -> TargetConfig:
+    """A target polled every `interval` seconds, with room for a slow test request."""
+    return TargetConfig(
+        name=name,
+        url=url,
+        interval_seconds=interval,
+        timeout_seconds=min(REAL_TIMEOUT, interval),
+        probe=ProbeConfig(timeout_seconds=REAL_PROBE_TIMEOUT),
+    )
+
+
+@dataclass(frozen=True)
+class ServerCounters:
+    """What the server itself counted: completions finished, prompt tokens, HTTP requests."""
+
+    requests_completed: float
+    prompt_tokens: float
+    completion_calls: float
+
+    @classmethod
+    def parse(cls, text: str) -> ServerCounters:
+        calls = sum(
+            value
+            for labels, value in metric_samples(text, "http_requests_total")
+            if labels.get("handler") == COMPLETIONS_HANDLER
+        )
+        return cls(
+            requests_completed=metric_sum(text, "vllm:request_success_total") or 0.0,
+            prompt_tokens=metric_sum(text, "vllm:prompt_tokens_total") or 0.0,
+            completion_calls=calls,
+        )
+
+    def since(self, earlier: ServerCounters) -> ServerCounters:
+        return ServerCounters(
+            self.requests_completed - earlier.requests_completed,
+            self.prompt_tokens - earlier.prompt_tokens,
+            self.completion_calls - earlier.completion_calls,
+        )
+
+
+async def server_counters(session: aiohttp.ClientSession, base_url: str) -> ServerCounters:
+    return ServerCounters.parse(await fetch_metrics(session, base_url))
+
+
+def start_generations(
+    session: aiohttp.ClientSession,
+    base_url: str,
+    *,
+    count: int = CONCURRENT_GENERATIONS,
+    max_tokens: int = LONG_GENERATION_TOKENS,
+    prompt_words: int = 8,
+) -> list[asyncio.Task[dict[str, Any]]]:
+    """`count` concurrent greedy generations of exactly `max_tokens` tokens (EOS ignored)."""
+    return [
+        asyncio.create_task(complete(session, base_url, word_prompt(prompt_words), max_tokens))
+        for _ in range(count)
+    ]
+
+
+async def cancel_all(tasks: Iterable[asyncio.Task[Any]]) -> None:
+    """Cancel client requests (the server aborts them) and wait until they are gone."""
+    pending = list(tasks)
+    for task in pending:
+        task.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
+
+
+async def wait_for_running(
+    session: aiohttp.ClientSession, base_url: str, at_least: float, timeout: float = 120.0
+) -> None:
+    """Until the server's own running gauge reads at least `at_least`."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    running: float | None = None
+    while loop.time() < deadline:
+        running = metric_sum(await fetch_metrics(session, base_url), "vllm:num_requests_running")
+        if running is not None and running >= at_least:
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"running never reached {at_least} in {timeout} s (last {running})")
+
+
+@dataclass(frozen=True)
+class PollRecord:
+    """One poll of the exporter, as the test saw it."""
+
+    state: State | None
+    state_polls: int
+    polls: int
+    reason: str
+    reading: Reading | None
+    steps_per_second: float | None
+    probe_requests: int
+
+
+async def record_polls(
+    service: ExporterService,
+    name: str,
+    *,
+    until: Any,
+    timeout: float,
+) -> list[PollRecord]:
+    """Every poll of `name` (with its reading) until `until(history)` holds."""
+    seen: list[PollRecord] = []
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    last_polls = 0
+    while True:
+        current: TargetHistory = history(service, name)
+        if current.polls != last_polls and current.verdict is not None:
+            seen.append(
+                PollRecord(
+                    state=current.state,
+                    state_polls=current.state_polls,
+                    polls=current.polls,
+                    reason=current.verdict.reason,
+                    reading=current.baseline,
+                    steps_per_second=current.verdict.steps_per_second,
+                    probe_requests=current.probe_requests,
+                )
+            )
+            last_polls = current.polls
+        if until(current):
+            return seen
+        if loop.time() > deadline:
+            states = [(record.state, record.reason) for record in seen]
+            raise AssertionError(f"timed out after {timeout} s; {name} went through {states}")
+        await asyncio.sleep(0.01)
+
+
+def engine_values(reading: Reading | None, field: str) -> float | None:
+    """The sum of one EngineSample field over the reading's engines (None when unknown)."""
+    if reading is None:
+        return None
+    values = [getattr(engine, field) for engine in reading.engines]
+    known = [value for value in values if value is not None]
+    return sum(known) if known else None
+
+
+@contextlib.asynccontextmanager
+async def http_session(total_timeout: float = 30.0) -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=total_timeout)) as session:
+        yield session

@@ -1,0 +1,249 @@
+"""The real exporter, polling every second, reads a real vLLM server right in every scenario."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+
+from exporter.check_cli import EXIT_OK, EXIT_STUCK, run_check
+from exporter.classify import State
+from tests.component.exporter_support import exporter_for, history, scrape, wait_for_state
+from tests.real.scenario_support import (
+    CONCURRENT_GENERATIONS,
+    ServerCounters,
+    cancel_all,
+    engine_values,
+    http_session,
+    real_target,
+    record_polls,
+    server_counters,
+    start_generations,
+    wait_for_running,
+)
+from tests.real.vllm_server import (
+    RealVllmFactory,
+    RealVllmServer,
+    complete,
+    fetch_metrics,
+    has_metric,
+    word_prompt,
+)
+
+LONG_PROMPT_WORDS = 30_000
+NAME = "real"
+TARGET_LABELS = (("target", NAME),)
+
+
+async def test_batch_load_reads_busy_every_poll_and_gets_no_test_request(
+    real_vllm: RealVllmServer,
+) -> None:
+    """Four long generations read busy at every poll after the first; no test request is sent."""
+    async with http_session() as session:
+        before = await server_counters(session, real_vllm.base_url)
+        load = start_generations(session, real_vllm.base_url)
+        try:
+            await wait_for_running(session, real_vllm.base_url, CONCURRENT_GENERATIONS)
+            async with exporter_for(real_target(NAME, real_vllm.base_url)) as (service, url):
+                polls = await record_polls(service, NAME, until=lambda h: h.polls >= 6, timeout=60)
+                metrics = await scrape(url)
+            # The exporter is gone: anything the server counts from here on is the load's.
+            answers = await asyncio.gather(*load)
+        finally:
+            await cancel_all(load)
+        counted = (await server_counters(session, real_vllm.base_url)).since(before)
+
+    assert polls[0].state == State.UNKNOWN, polls[0]
+    assert [poll.state for poll in polls[1:]] == [State.BUSY] * (len(polls) - 1), polls
+    assert all((poll.steps_per_second or 0) > 0 for poll in polls[1:])
+    assert metrics[("stallwatch_probe_requests_total", TARGET_LABELS)] == 0
+    assert metrics[("stallwatch_target_state", (("state", "busy"), *TARGET_LABELS))] == 1
+    assert [answer["usage"]["completion_tokens"] for answer in answers] == [3000] * 4
+    prompt_tokens = sum(answer["usage"]["prompt_tokens"] for answer in answers)
+    assert counted == ServerCounters(
+        requests_completed=CONCURRENT_GENERATIONS,
+        prompt_tokens=prompt_tokens,
+        completion_calls=CONCURRENT_GENERATIONS,
+    )
+
+
+async def test_long_chunked_prefill_is_never_stalled_and_check_says_healthy(
+    real_vllm: RealVllmServer,
+) -> None:
+    """A 30 000-token prompt prefilled 16 tokens a step reads busy, never stalled; check exits 0."""
+    async with http_session() as session:
+        before = await server_counters(session, real_vllm.base_url)
+        prefill = asyncio.create_task(
+            complete(session, real_vllm.base_url, word_prompt(LONG_PROMPT_WORDS), 1)
+        )
+        try:
+            await wait_for_running(session, real_vllm.base_url, 1)
+            async with exporter_for(real_target(NAME, real_vllm.base_url)) as (service, _):
+                check = asyncio.create_task(run_check(real_target("check", real_vllm.base_url)))
+                polls = await record_polls(service, NAME, until=lambda h: h.polls >= 4, timeout=60)
+                result = await check
+            still_prefilling = not prefill.done()
+            answer = await prefill
+        finally:
+            await cancel_all([prefill])
+        counted = (await server_counters(session, real_vllm.base_url)).since(before)
+
+    states = [poll.state for poll in polls]
+    assert State.STALLED not in states, polls
+    assert states[1:] == [State.BUSY] * (len(polls) - 1), polls
+    assert still_prefilling
+    # The prefill really spanned the polls: no output step, KV cache filling at every poll.
+    steps = [engine_values(poll.reading, "steps") for poll in polls]
+    kv_usage = [engine_values(poll.reading, "kv_cache_usage") for poll in polls]
+    assert len(set(steps)) == 1, steps
+    assert all(later > earlier for earlier, later in itertools.pairwise(kv_usage)), kv_usage  # type: ignore[operator]
+    assert all("kv_cache_usage_perc" in poll.reason for poll in polls[1:]), polls
+    assert result.exit_code == EXIT_OK, result.as_json()
+    assert result.as_json()["state"] == "busy"
+    assert result.history.probe_requests == 0
+    assert answer["usage"]["prompt_tokens"] == LONG_PROMPT_WORDS
+    assert counted.prompt_tokens == LONG_PROMPT_WORDS
+    assert counted.completion_calls == 1  # neither the exporter nor check sent a request
+
+
+async def test_idle_server_gets_at_most_one_answered_test_request_per_poll(
+    real_vllm: RealVllmServer,
+) -> None:
+    """An idle server reads idle; at most one tiny test request per poll, each answered."""
+    async with http_session() as session:
+        before = await server_counters(session, real_vllm.base_url)
+        async with exporter_for(real_target(NAME, real_vllm.base_url)) as (service, url):
+            polls = await record_polls(service, NAME, until=lambda h: h.polls >= 6, timeout=60)
+            metrics = await scrape(url)
+        found = history(service, NAME)
+        counted = (await server_counters(session, real_vllm.base_url)).since(before)
+
+    assert {poll.state for poll in polls} == {State.IDLE}, polls
+    assert 1 <= found.probe_requests <= found.polls
+    assert found.probe_failures == 0
+    assert metrics[("stallwatch_probe_requests_total", TARGET_LABELS)] == found.probe_requests
+    assert metrics[("stallwatch_probe_failures_total", TARGET_LABELS)] == 0
+    # The server answered exactly the requests the exporter counted, and nothing else came.
+    assert counted.requests_completed == found.probe_requests
+    assert counted.completion_calls == found.probe_requests
+
+
+async def test_hung_engine_core_reads_stalled_twice_and_check_says_stuck(
+    real_vllm: RealVllmServer,
+) -> None:
+    """A SIGSTOPped engine core with requests in flight reads stalled twice; check exits 1."""
+    async with http_session() as session:
+        load = start_generations(session, real_vllm.base_url)
+        try:
+            await wait_for_running(session, real_vllm.base_url, CONCURRENT_GENERATIONS)
+            async with exporter_for(real_target(NAME, real_vllm.base_url)) as (service, url):
+                await wait_for_state(service, NAME, State.BUSY, timeout=30)
+                real_vllm.sigstop_engine()
+                try:
+                    stalled = await wait_for_state(
+                        service, NAME, State.STALLED, polls=2, timeout=30
+                    )
+                    metrics = await scrape(url)
+                    result = await run_check(real_target("check", real_vllm.base_url))
+                    health_status = (await session.get(f"{real_vllm.base_url}/health")).status
+                finally:
+                    real_vllm.sigcont_engine()
+                resumed = await wait_for_state(service, NAME, State.BUSY, timeout=30)
+        finally:
+            await cancel_all(load)
+
+    assert stalled.probe_requests == 0
+    assert stalled.verdict is not None
+    assert (stalled.verdict.running or 0) > 0
+    assert metrics[("stallwatch_target_state_polls", TARGET_LABELS)] >= 2
+    assert metrics[("stallwatch_target_up", TARGET_LABELS)] == 1
+    assert result.exit_code == EXIT_STUCK, result.as_json()
+    assert result.as_json()["stuck"] is True
+    assert result.history.probe_requests == 0
+    assert health_status == 200  # the server's own health check sees nothing wrong
+    assert resumed.probe_requests == 0
+
+
+async def test_killed_engine_core_reads_down(real_vllm: RealVllmServer) -> None:
+    """A killed engine core takes the API server down within seconds: the target reads down."""
+    async with exporter_for(real_target(NAME, real_vllm.base_url)) as (service, url):
+        await wait_for_state(service, NAME, State.IDLE, timeout=30)
+        real_vllm.sigkill_engine()
+        killed_at = time.monotonic()
+        down = await wait_for_state(service, NAME, State.DOWN, timeout=60)
+        seconds_to_down = time.monotonic() - killed_at
+        metrics = await scrape(url)
+        exit_code = await asyncio.to_thread(real_vllm.wait_exit, 30.0)
+    print(f"engine core killed -> target down after {seconds_to_down:.1f} s")
+
+    assert exit_code is not None  # the API server itself exited
+    assert down.poll_errors.get("connection", 0) >= 1
+    assert metrics[("stallwatch_target_up", TARGET_LABELS)] == 0
+    assert metrics[("stallwatch_target_state", (("state", "down"), *TARGET_LABELS))] == 1
+
+
+async def test_restart_of_the_default_server_reads_restarted_by_start_time(
+    real_vllm: RealVllmServer,
+) -> None:
+    """A restart between reads is restarted (start time), with no rate across the processes."""
+    async with http_session() as session:
+        for words in (4, 5):  # counters of the old process are not zero
+            await complete(session, real_vllm.base_url, word_prompt(words), 8)
+        async with exporter_for(real_target(NAME, real_vllm.base_url)) as (service, url):
+            await wait_for_state(service, NAME, State.IDLE, timeout=30)
+            old_start = history(service, NAME).baseline
+            restart = asyncio.create_task(asyncio.to_thread(real_vllm.restart))
+            polls = await record_polls(
+                service,
+                NAME,
+                until=lambda h: restart.done() and h.restarts_detected >= 1,
+                timeout=300,
+            )
+            await restart
+            after = await wait_for_state(service, NAME, State.IDLE, timeout=30)
+            metrics = await scrape(url)
+
+    (restarted,) = [poll for poll in polls if poll.state == State.RESTARTED]
+    assert old_start is not None
+    assert restarted.reading is not None
+    assert restarted.reading.process_start_time != old_start.process_start_time
+    assert "process start time changed" in restarted.reason
+    assert restarted.steps_per_second is None
+    assert State.DOWN in [poll.state for poll in polls]  # the exporter saw the gap
+    assert after.restarts_detected == 1
+    assert metrics[("stallwatch_restarts_detected_total", TARGET_LABELS)] == 1
+
+
+async def test_two_api_servers_restart_is_detected_by_a_counter_going_down(
+    real_vllm_factory: RealVllmFactory,
+) -> None:
+    """With --api-server-count 2 (no start time) a restart reads restarted: a counter went down."""
+    server = real_vllm_factory("--api-server-count", "2", name="two-api-servers")
+    async with exporter_for(real_target(NAME, server.base_url)) as (service, _):
+        # The first reads come before any request, while some gauges have no sample yet.
+        first = await record_polls(service, NAME, until=lambda h: h.polls >= 2, timeout=30)
+        async with http_session() as session:
+            text = await fetch_metrics(session, server.base_url)
+            for words in (4, 5, 6):
+                await complete(session, server.base_url, word_prompt(words), 8)
+        await wait_for_state(service, NAME, State.IDLE, timeout=30)
+        restart = asyncio.create_task(asyncio.to_thread(server.restart))
+        polls = await record_polls(
+            service,
+            NAME,
+            until=lambda h: restart.done() and h.restarts_detected >= 1,
+            timeout=300,
+        )
+        await restart
+        after = await wait_for_state(service, NAME, State.IDLE, timeout=30)
+
+    assert first[0].reading is not None
+    assert first[0].reading.running is None
+    assert not has_metric(text, "process_start_time_seconds")
+    assert [poll.state for poll in first] == [State.IDLE, State.IDLE], first
+    assert all(poll.reading is not None and poll.reading.has_engines for poll in first)
+    (restarted,) = [poll for poll in polls if poll.state == State.RESTARTED]
+    assert "went down" in restarted.reason, restarted
+    assert restarted.steps_per_second is None
+    assert after.restarts_detected == 1
+    assert after.poll_errors.get("parse", 0) == 0
