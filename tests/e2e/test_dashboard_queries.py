@@ -211,6 +211,13 @@ async def run_scenario(stack: AlertingStack, workdir: Path) -> Scenario:
                 )
                 sim.apply_fault("hang")
                 await stack.wait_for_alert("LLMServerStuck", name, "firing", TIMEOUT)
+                # Recording rules run in their own group: on a loaded machine they can lag the
+                # alert, so wait until the state panel's rule has seen the stall too.
+                await stack.wait_for_query(
+                    f'target:stallwatch_target_state_code:max{{target="{name}"}}'
+                    f" == {STATE_CODES['stalled']}",
+                    TIMEOUT,
+                )
                 async with session.post(
                     restarter_url + "/alerts",
                     json=webhook_payload(name),
