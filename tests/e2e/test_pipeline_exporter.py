@@ -126,7 +126,7 @@ async def test_a_long_batch_load_fires_nothing(alerting_stack: AlertingStack) ->
         busy_scrapes = state_samples(stack, name, "busy")
 
     assert polls[0][0] == State.UNKNOWN  # the first read has nothing to compare with
-    assert {state for state, _ in polls[1:]} == {State.BUSY}
+    assert {state for state, _ in polls[1:]} == {State.BUSY}, polls
     assert len(polls) >= 32
     assert final.probe_requests == 0
     assert busy_scrapes >= 10

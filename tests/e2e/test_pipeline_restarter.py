@@ -355,11 +355,10 @@ async def test_a_hang_is_restarted_once_and_the_server_comes_back(
         assert first_pid != sim.pid
         assert sim.first.process.poll() is not None  # the hung process is gone
 
-    assert [(e["decision"], e["reason"]) for e in entries if e["decision"] != "skip"] == [
-        ("restart", "confirmed"),
-        ("action_result", "success"),
-        ("resolved", "resolved"),
-    ], entries
+    decisions = [(e["decision"], e["reason"]) for e in entries if e["decision"] != "skip"]
+    # The alert may resolve (the killed server reads down) before the action has finished.
+    assert decisions[0] == ("restart", "confirmed"), entries
+    assert sorted(decisions[1:]) == [("action_result", "success"), ("resolved", "resolved")]
     assert {e["target"] for e in entries} == {name}
     assert restart["alertname"] == "LLMServerStuck"
     assert result["result"] == "success"
@@ -394,9 +393,9 @@ async def test_a_batch_load_is_never_restarted(
         assert sim.pid == first_pid
         assert sim.first.process.poll() is None  # still the same, running process
 
-    assert {state for state, _ in polls} == {State.BUSY}
+    assert {state for state, _ in polls} == {State.BUSY}, polls
     assert polls[-1][1] >= 31  # 31 consecutive busy polls or more
-    assert entries == []
+    assert entries == [], [(e["decision"], e["reason"], e["detail"]) for e in entries]
     assert "stallwatch_restarter_webhook_requests_total{" not in metrics  # no notification
     # Prometheus scrapes the restarter: the target's restart counters, all zero.
     assert sorted((series["metric"]["result"], series["value"][1]) for series in scraped) == [
