@@ -1,8 +1,8 @@
 """Real Prometheus and Alertmanager on loopback, running stallwatch's own rules and routing.
 
-Used by `stallwatch demo`; written so that the end-to-end tests can use it too. It starts the
-binaries of Debian's `prometheus` and `prometheus-alertmanager` packages (Prometheus >= 2.42,
-Alertmanager >= 0.25) on free loopback ports, with temporary storage and clustering off.
+Used by `stallwatch demo` and by the end-to-end tests' harness. It starts the binaries of
+Debian's `prometheus` and `prometheus-alertmanager` packages (Prometheus >= 2.42, Alertmanager
+>= 0.25) on free loopback ports, with temporary storage and clustering off.
 
 The project's files are copied with a rewrite that changes only timing and addresses, never
 logic (every expression, label, annotation, route and receiver stays as written):
@@ -15,6 +15,9 @@ logic (every expression, label, annotation, route and receiver stays as written)
   restart alerts have no `for:`: they count exporter polls.
 - alertmanager/alertmanager.yml: `group_wait` and `group_interval` (default 0s and 1s) on the
   root route and on every route that sets them; the restarter webhook's URL and token file.
+
+A scrape job, receiver or alert that the rewrite names but the project's files no longer define
+is a LocalStackError, never a silent skip.
 
 Usage::
 
@@ -234,6 +237,31 @@ def alert_names(document: Mapping[str, Any]) -> set[str]:
     }
 
 
+def rewrite_rule_files(
+    documents: Mapping[str, Mapping[str, Any]], for_overrides: Mapping[str, str]
+) -> dict[str, dict[str, Any]]:
+    """Each rule file (by name) with the `for:` of the named alerts it defines replaced.
+
+    Every alert in `for_overrides` must be defined by one of the files: a renamed alert is an
+    error, not a rewrite that silently keeps its long `for:`.
+    """
+    defined = {alert for document in documents.values() for alert in alert_names(document)}
+    unknown = set(for_overrides) - defined
+    if unknown:
+        raise LocalStackError(f"alerts not found in the rule files: {sorted(unknown)}")
+    return {
+        name: rewrite_alert_rules(
+            document,
+            {
+                alert: duration
+                for alert, duration in for_overrides.items()
+                if alert in alert_names(document)
+            },
+        )
+        for name, document in documents.items()
+    }
+
+
 def _rewrite_route_timers(
     route: Mapping[str, Any], timers: Mapping[str, str], is_root: bool
 ) -> dict[str, Any]:
@@ -417,7 +445,9 @@ class LocalStack:
     """Prometheus + Alertmanager, started by `start()` (or `with`), ended by `stop()`.
 
     `workdir` must exist; the stack writes its configs, storage and logs under it (the caller
-    removes it). Synchronous helpers (`query`, `alerts`, `am_alerts`) answer in milliseconds.
+    removes it). `scrape`, `webhook` and `timings` are read by `start()`, so an owner that
+    learns an address late (a webhook server on port 0) may set them until then. Synchronous
+    helpers (`query`, `alerts`, `am_alerts`) answer in milliseconds.
     """
 
     def __init__(
@@ -466,10 +496,10 @@ class LocalStack:
 
     def start(self) -> None:
         """Write the configs, start both processes and wait until both are ready."""
-        prometheus = find_binary("prometheus")
-        alertmanager = find_binary("alertmanager", "prometheus-alertmanager")
-        prometheus_config, alertmanager_config = self.write_configs()
         try:
+            prometheus = find_binary("prometheus")
+            alertmanager = find_binary("alertmanager", "prometheus-alertmanager")
+            prometheus_config, alertmanager_config = self.write_configs()
             am = self._spawn(
                 "alertmanager",
                 [
@@ -541,25 +571,19 @@ class LocalStack:
         """Write the rewritten configs and the token file; return the two config paths."""
         config_dir = self.workdir / "config"
         config_dir.mkdir(exist_ok=True)
-        source = self.project.prometheus_dir
         prometheus_document = yaml.safe_load(self.project.prometheus_config.read_text())
+        rules_by_name = rewrite_rule_files(
+            {
+                name: yaml.safe_load((self.project.prometheus_dir / name).read_text())
+                for name in prometheus_document["rule_files"]
+            },
+            self.timings.alert_for,
+        )
         rule_files = []
-        shortened: set[str] = set()
-        for name in prometheus_document["rule_files"]:
-            rules = yaml.safe_load((source / name).read_text())
-            overrides = {
-                alert: duration
-                for alert, duration in self.timings.alert_for.items()
-                if alert in alert_names(rules)
-            }
-            rules = rewrite_alert_rules(rules, overrides)
-            shortened |= set(overrides)
+        for name, rules in rules_by_name.items():
             path = config_dir / Path(name).name
             path.write_text(yaml.safe_dump(rules, sort_keys=False))
             rule_files.append(str(path))
-        unknown = set(self.timings.alert_for) - shortened
-        if unknown:
-            raise LocalStackError(f"alerts not found in the rule files: {sorted(unknown)}")
         prometheus_config = config_dir / "prometheus.yml"
         prometheus_config.write_text(
             yaml.safe_dump(

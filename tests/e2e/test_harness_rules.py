@@ -18,12 +18,16 @@ import pytest
 import yaml
 from aiohttp import web
 
-from .harness import (
-    FOR_OVERRIDES,
-    AlertingStack,
-    rewrite_alert_rules,
+from stallwatch.localstack import (
+    DEFAULT_ALERT_FOR,
+    DEFAULT_ROUTE_TIMERS,
+    LocalStackError,
     rewrite_alertmanager_config,
+    rewrite_prometheus_config,
+    rewrite_rule_files,
 )
+
+from .harness import AlertingStack
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -256,15 +260,45 @@ def without(document: Any, key: str) -> Any:
     return document
 
 
+def without_all(document: Any, keys: tuple[str, ...]) -> Any:
+    """`document` without any of `keys`, at any depth."""
+    for key in keys:
+        document = without(document, key)
+    return document
+
+
+def load(relative: str, rename: tuple[str, str] = ("", "")) -> Any:
+    """A project file, parsed, with `rename[0]` replaced by `rename[1]` in its text."""
+    old, new = rename
+    text = (REPO / relative).read_text()
+    return yaml.safe_load(text.replace(old, new) if old else text)
+
+
+def rule_files() -> dict[str, Any]:
+    return {name: load(f"prometheus/{name}") for name in ("alerts.yml", "recording.yml")}
+
+
+def rewrite_routing(document: Any) -> dict[str, Any]:
+    return rewrite_alertmanager_config(
+        document,
+        route_timers=DEFAULT_ROUTE_TIMERS,
+        webhook_url="http://127.0.0.1:1/alerts",
+        credentials_file="token",
+    )
+
+
 def test_the_harness_changes_only_the_for_durations_of_the_rules() -> None:
     """The e2e rules are the project's rules with only LLMServerDown's and ExporterDown's `for:`."""
-    original = yaml.safe_load((REPO / "prometheus" / "alerts.yml").read_text())
+    original = rule_files()
 
-    rewritten = rewrite_alert_rules(original, FOR_OVERRIDES)
+    rewritten = rewrite_rule_files(original, DEFAULT_ALERT_FOR)
 
     assert without(rewritten, "for") == without(original, "for")
+    assert rewritten["recording.yml"] == original["recording.yml"]
     durations = {
-        rule["alert"]: rule.get("for") for group in rewritten["groups"] for rule in group["rules"]
+        rule["alert"]: rule.get("for")
+        for group in rewritten["alerts.yml"]["groups"]
+        for rule in group["rules"]
     }
     assert durations == {
         "LLMServerStuck": None,
@@ -277,21 +311,72 @@ def test_the_harness_changes_only_the_for_durations_of_the_rules() -> None:
     }
 
 
-def test_the_harness_changes_only_timers_url_and_token_file_of_the_routing() -> None:
-    """The e2e routing is the project's routing with only grouping timers and webhook target."""
-    original = yaml.safe_load((REPO / "alertmanager" / "alertmanager.yml").read_text())
+def test_the_harness_changes_only_intervals_and_addresses_of_prometheus() -> None:
+    """The e2e prometheus.yml keeps every job's settings; only intervals and addresses change."""
+    original = load("prometheus/prometheus.yml")
+    jobs = {"prometheus": "127.0.0.1:1", "stallwatch-exporter": "127.0.0.1:2"}
+    jobs["stallwatch-restarter"] = "127.0.0.1:3"
 
-    rewritten = rewrite_alertmanager_config(
-        original, webhook_url="http://127.0.0.1:1/alerts", credentials_file="token"
+    rewritten = rewrite_prometheus_config(
+        original,
+        interval="1s",
+        rule_files=["/config/alerts.yml", "/config/recording.yml"],
+        targets_by_job=jobs,
+        alertmanager_address="127.0.0.1:4",
     )
 
+    ignored = ("global", "rule_files", "alerting", "static_configs")
+    assert without_all(rewritten, ignored) == without_all(original, ignored)
+    assert rewritten["global"] == {
+        "scrape_interval": "1s",
+        "scrape_timeout": "1s",
+        "evaluation_interval": "1s",
+    }
+    assert {
+        job["job_name"]: job["static_configs"][0]["targets"][0]
+        for job in rewritten["scrape_configs"]
+    } == jobs
+
+
+def test_the_harness_changes_only_timers_url_and_token_file_of_the_routing() -> None:
+    """The e2e routing is the project's routing with only grouping timers and webhook target."""
+    original = load("alertmanager/alertmanager.yml")
+
+    rewritten = rewrite_routing(original)
+
     ignored = ("group_wait", "group_interval", "url", "credentials_file")
-    stripped_rewritten, stripped_original = rewritten, original
-    for key in ignored:
-        stripped_rewritten = without(stripped_rewritten, key)
-        stripped_original = without(stripped_original, key)
-    assert stripped_rewritten == stripped_original
+    assert without_all(rewritten, ignored) == without_all(original, ignored)
     assert rewritten["route"]["group_wait"] == "0s"
     assert rewritten["route"]["group_interval"] == "1s"
     assert rewritten["route"]["routes"][0]["group_wait"] == "0s"
     assert rewritten["route"]["routes"][0]["group_interval"] == "1s"
+
+
+def test_a_renamed_alert_stops_the_rewrite() -> None:
+    """An alert whose `for:` the harness shortens but no rule file defines any more is an error."""
+    renamed = load("prometheus/alerts.yml", ("LLMServerDown", "LLMHostDown"))
+
+    with pytest.raises(LocalStackError, match="LLMServerDown"):
+        rewrite_rule_files({**rule_files(), "alerts.yml": renamed}, DEFAULT_ALERT_FOR)
+
+
+def test_a_renamed_scrape_job_stops_the_rewrite() -> None:
+    """A scrape job the harness points at loopback but prometheus.yml no longer has is an error."""
+    renamed = load("prometheus/prometheus.yml", ("job_name: stallwatch-restarter", "job_name: x"))
+
+    with pytest.raises(LocalStackError, match="stallwatch-restarter"):
+        rewrite_prometheus_config(
+            renamed,
+            interval="1s",
+            rule_files=["alerts.yml", "recording.yml"],
+            targets_by_job={"stallwatch-restarter": "127.0.0.1:1"},
+            alertmanager_address="127.0.0.1:2",
+        )
+
+
+def test_a_renamed_restarter_receiver_stops_the_rewrite() -> None:
+    """A routing without the stallwatch-restarter receiver is an error, not an unpointed webhook."""
+    renamed = load("alertmanager/alertmanager.yml", ("stallwatch-restarter", "restarter"))
+
+    with pytest.raises(LocalStackError, match="stallwatch-restarter"):
+        rewrite_routing(renamed)
