@@ -3,14 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+
+import pytest
 
 from exporter.check_cli import EXIT_OK, EXIT_STUCK, run_check
 from exporter.classify import State
+from simulator.server import SimConfig
+from simulator.testing import running_simulator
 from tests.component.exporter_support import exporter_for, history, scrape, wait_for_state
 from tests.real.scenario_support import (
     CONCURRENT_GENERATIONS,
+    LONG_GENERATION_TOKENS,
+    PollRecord,
     ServerCounters,
     cancel_all,
     engine_values,
@@ -30,7 +39,8 @@ from tests.real.vllm_server import (
     word_prompt,
 )
 
-LONG_PROMPT_WORDS = 30_000
+# Long enough to prefill for several polls on an idle CI machine (on a busy one: ~30 s).
+LONG_PROMPT_WORDS = 16_000
 NAME = "real"
 TARGET_LABELS = (("target", NAME),)
 
@@ -52,13 +62,15 @@ async def test_batch_load_reads_busy_every_poll_and_gets_no_test_request(
         finally:
             await cancel_all(load)
         counted = (await server_counters(session, real_vllm.base_url)).since(before)
+    print(f"default server tree peak RSS: {real_vllm.tree_peak_rss_bytes() / 2**20:.0f} MiB")
 
     assert polls[0].state == State.UNKNOWN, polls[0]
     assert [poll.state for poll in polls[1:]] == [State.BUSY] * (len(polls) - 1), polls
     assert all((poll.steps_per_second or 0) > 0 for poll in polls[1:])
     assert metrics[("stallwatch_probe_requests_total", TARGET_LABELS)] == 0
     assert metrics[("stallwatch_target_state", (("state", "busy"), *TARGET_LABELS))] == 1
-    assert [answer["usage"]["completion_tokens"] for answer in answers] == [3000] * 4
+    completion_tokens = [answer["usage"]["completion_tokens"] for answer in answers]
+    assert completion_tokens == [LONG_GENERATION_TOKENS] * CONCURRENT_GENERATIONS
     prompt_tokens = sum(answer["usage"]["prompt_tokens"] for answer in answers)
     assert counted == ServerCounters(
         requests_completed=CONCURRENT_GENERATIONS,
@@ -70,7 +82,7 @@ async def test_batch_load_reads_busy_every_poll_and_gets_no_test_request(
 async def test_long_chunked_prefill_is_never_stalled_and_check_says_healthy(
     real_vllm: RealVllmServer,
 ) -> None:
-    """A 30 000-token prompt prefilled 16 tokens a step reads busy, never stalled; check exits 0."""
+    """A 16 000-token prompt prefilled 16 tokens a step reads busy, never stalled; check exits 0."""
     async with http_session() as session:
         before = await server_counters(session, real_vllm.base_url)
         prefill = asyncio.create_task(
@@ -236,6 +248,7 @@ async def test_two_api_servers_restart_is_detected_by_a_counter_going_down(
         )
         await restart
         after = await wait_for_state(service, NAME, State.IDLE, timeout=30)
+    print(f"two-API-server tree peak RSS: {server.tree_peak_rss_bytes() / 2**20:.0f} MiB")
 
     assert first[0].reading is not None
     assert first[0].reading.running is None
@@ -247,3 +260,104 @@ async def test_two_api_servers_restart_is_detected_by_a_counter_going_down(
     assert restarted.steps_per_second is None
     assert after.restarts_detected == 1
     assert after.poll_errors.get("parse", 0) == 0
+
+
+# --- the same scenarios on the simulator and on the real server ---------------------------------
+
+# The simulator configured like the session server (`--max-num-seqs 4 --max-num-batched-tokens 16
+# --max-model-len 32768`), at speeds measured on the real one on a shared 2-core machine: four
+# generations decode 200-1000 tokens/s together, a long prompt prefills at 500-2000 tokens/s.
+SIMULATOR_LIKE_REAL = SimConfig(
+    max_num_seqs=4,
+    max_num_batched_tokens=16,
+    max_model_len=32_768,
+    tokens_per_second=400.0,
+    prefill_tokens_per_second=1_000.0,
+)
+
+
+@dataclass
+class ServerUnderTest:
+    """What the parity test needs from either server: where it is, and how to hang it."""
+
+    url: str
+    hang: Callable[[], object]
+    resume: Callable[[], object]
+
+
+@contextlib.asynccontextmanager
+async def server_under_test(
+    kind: str, request: pytest.FixtureRequest
+) -> AsyncIterator[ServerUnderTest]:
+    if kind == "real":
+        real: RealVllmServer = request.getfixturevalue("real_vllm")
+        yield ServerUnderTest(real.base_url, real.sigstop_engine, real.sigcont_engine)
+        return
+    async with running_simulator(SIMULATOR_LIKE_REAL) as sim:
+        yield ServerUnderTest(
+            sim.url, lambda: sim.apply_fault("hang"), lambda: sim.apply_fault("recover")
+        )
+
+
+async def _states_over_polls(url: str, polls: int) -> tuple[list[PollRecord], int]:
+    """(every poll, test requests sent) of a fresh exporter reading `url` for `polls` polls."""
+    async with exporter_for(real_target(NAME, url)) as (service, _):
+        records = await record_polls(service, NAME, until=lambda h: h.polls >= polls, timeout=60)
+        return records, history(service, NAME).probe_requests
+
+
+@pytest.mark.parametrize("server", ["simulator", "real"])
+async def test_simulator_and_real_server_get_the_same_verdicts(
+    server: str, request: pytest.FixtureRequest
+) -> None:
+    """Idle, batch load, hang and long prefill read the same on the simulator and on real vLLM."""
+    verdicts: dict[str, object] = {}
+    async with server_under_test(server, request) as under_test, http_session() as session:
+        idle, idle_probes = await _states_over_polls(under_test.url, 4)
+        verdicts["idle"] = sorted({str(poll.state) for poll in idle})
+        verdicts["idle probes within one per poll"] = 1 <= idle_probes <= len(idle)
+
+        load = start_generations(session, under_test.url)
+        try:
+            await wait_for_running(session, under_test.url, CONCURRENT_GENERATIONS)
+            async with exporter_for(real_target(NAME, under_test.url)) as (service, _):
+                busy = await record_polls(service, NAME, until=lambda h: h.polls >= 4, timeout=60)
+                under_test.hang()
+                try:
+                    stalled = await wait_for_state(
+                        service, NAME, State.STALLED, polls=2, timeout=30
+                    )
+                    check = await run_check(real_target("check", under_test.url))
+                finally:
+                    under_test.resume()
+            verdicts["busy"] = [poll.state for poll in busy]
+            verdicts["hang"] = (stalled.state, stalled.state_polls >= 2, check.exit_code)
+            verdicts["test requests under load"] = stalled.probe_requests
+        finally:
+            await cancel_all(load)
+
+        prefill = asyncio.create_task(
+            complete(session, under_test.url, word_prompt(LONG_PROMPT_WORDS), 1)
+        )
+        try:
+            await wait_for_running(session, under_test.url, 1)
+            prefilling, _ = await _states_over_polls(under_test.url, 4)
+            verdicts["prefill still running"] = not prefill.done()
+        finally:
+            await cancel_all([prefill])
+        verdicts["prefill"] = [poll.state for poll in prefilling]
+        verdicts["prefill steps flat"] = (
+            len({engine_values(poll.reading, "steps") for poll in prefilling}) == 1
+        )
+    print(f"{server}: {verdicts}")
+
+    assert verdicts == {
+        "idle": ["idle"],
+        "idle probes within one per poll": True,
+        "busy": [State.UNKNOWN, State.BUSY, State.BUSY, State.BUSY],
+        "hang": (State.STALLED, True, EXIT_STUCK),
+        "test requests under load": 0,
+        "prefill still running": True,
+        "prefill": [State.UNKNOWN, State.BUSY, State.BUSY, State.BUSY],
+        "prefill steps flat": True,
+    }
