@@ -93,6 +93,43 @@ def error_response(
     return web.json_response(body, status=status)
 
 
+# The simulator's words (`w3`..`w1023`, or any word) count one token each; vLLM rejects a prompt
+# by its characters first, assuming at most this many characters per token.
+MAX_CHARS_PER_TOKEN = 5
+
+
+def context_overflow(
+    max_model_len: int, max_tokens: int, prompt_tokens: int, *, prompt_chars: int
+) -> tuple[str, str] | None:
+    """vLLM's (0.30 and later) refusal of a request longer than the context, or None.
+
+    It checks the prompt's characters before tokenizing, then tokenizes at most enough of the
+    prompt to know it is too long, so its message gives a lower bound, not the prompt's size.
+    """
+    room = max_model_len - max_tokens
+    head = (
+        f"This model's maximum context length is {max_model_len} tokens. "
+        f"However, you requested {max_tokens} output tokens and your prompt contains "
+    )
+    tail = "Please reduce the length of the input prompt or the number of requested output tokens."
+    upper_chars = max(room, 0) * MAX_CHARS_PER_TOKEN
+    if prompt_chars > upper_chars and prompt_tokens + max_tokens > max_model_len:
+        return (
+            f"{head}{prompt_chars} characters (more than {upper_chars} characters, which is the "
+            f"upper bound for {max(room, 0)} input tokens). {tail} "
+            f"(parameter=input_text, value={prompt_chars})",
+            "input_text",
+        )
+    if prompt_tokens + max_tokens > max_model_len:
+        at_least = max(room, 0) + 1
+        return (
+            f"{head}at least {at_least} input tokens, for a total of at least "
+            f"{at_least + max_tokens} tokens. {tail} (parameter=input_tokens, value={at_least})",
+            "input_tokens",
+        )
+    return None
+
+
 def count_prompt_tokens(text: str) -> int:
     """The simulator's tokenizer: one token per whitespace-separated word (at least one)."""
     return max(1, len(text.split()))
@@ -516,16 +553,12 @@ class SimServer:
                 400,
                 "max_tokens",
             )
-        if prompt_tokens + max_tokens > self.config.max_model_len:
-            return error_response(
-                f"This model's maximum context length is {self.config.max_model_len} tokens. "
-                f"However, you requested {prompt_tokens + max_tokens} tokens "
-                f"({prompt_tokens} in the messages, {max_tokens} in the completion). "
-                "Please reduce the length of the messages or completion.",
-                "BadRequestError",
-                400,
-                "max_tokens",
-            )
+        overflow = context_overflow(
+            self.config.max_model_len, max_tokens, prompt_tokens, prompt_chars=len(text)
+        )
+        if overflow is not None:
+            message, param = overflow
+            return error_response(message, "BadRequestError", 400, param)
         stream = bool(body.get("stream", False))
         stream_options = body.get("stream_options")
         include_usage = isinstance(stream_options, dict) and bool(

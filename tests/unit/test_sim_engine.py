@@ -108,3 +108,21 @@ def test_bucket_rule_matches_vllm() -> None:
     """build_1_2_5_buckets(2048) ends at 2000, like the captured payload."""
     assert build_1_2_5_buckets(2048)[-3:] == (500.0, 1000.0, 2000.0)
     assert build_1_2_5_buckets(32768)[-1] == 20000.0
+
+
+def test_context_overflow_messages_follow_vllm() -> None:
+    """Too-long requests are refused like vLLM: by characters first, else with a token bound."""
+    from simulator.server import context_overflow
+
+    assert context_overflow(32, 8, 24, prompt_chars=100) is None
+    by_chars = context_overflow(32768, 100, 40_000, prompt_chars=196_775)
+    assert by_chars is not None
+    message, param = by_chars
+    assert param == "input_text"
+    assert "your prompt contains 196775 characters (more than 163340 characters" in message
+    assert message.endswith("(parameter=input_text, value=196775)")
+    by_tokens = context_overflow(2048, 100, 3000, prompt_chars=3000)
+    assert by_tokens is not None
+    message, param = by_tokens
+    assert param == "input_tokens"
+    assert "at least 1949 input tokens, for a total of at least 2049 tokens" in message
