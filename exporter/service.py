@@ -5,15 +5,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import aiohttp
 
 from exporter.config import ExporterConfig, TargetConfig
-from exporter.history import TargetHistory
+from exporter.history import PollOutcome, TargetHistory
 from exporter.poll import poll_once
 
 log = logging.getLogger("stallwatch.exporter")
+
+# Told about every poll as it is recorded: the target's name, its updated history, the outcome.
+PollListener = Callable[[str, TargetHistory, PollOutcome], None]
 
 
 @dataclass
@@ -33,6 +37,12 @@ class ExporterService:
         self.reload_status = ReloadStatus()
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._lock = asyncio.Lock()
+        self._listeners: list[PollListener] = []
+
+    def subscribe(self, listener: PollListener) -> Callable[[], None]:
+        """Call `listener` after every poll of every target; returns the unsubscribe function."""
+        self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener)
 
     def start(self) -> None:
         for target in self.config.targets:
@@ -63,6 +73,8 @@ class ExporterService:
             else:
                 updated = history.advance(outcome)
                 self.histories[target.name] = updated
+                for listener in list(self._listeners):
+                    listener(target.name, updated, outcome)
                 if history.state != updated.state:
                     log.info(
                         "target=%s state=%s reason=%s",

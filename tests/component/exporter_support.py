@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from exporter.app import running_exporter
 from exporter.classify import State
 from exporter.config import ExporterConfig, ProbeConfig, TargetConfig
-from exporter.history import TargetHistory
+from exporter.history import PollOutcome, TargetHistory
 from exporter.service import ExporterService
 
 FAST_INTERVAL = 0.25
@@ -67,17 +67,49 @@ async def wait_for_state(
 async def record_states(
     service: ExporterService, name: str, seconds: float
 ) -> list[tuple[State | None, int]]:
-    """Every (state, poll number) the target goes through during `seconds`."""
+    """Every (state, poll number) the target goes through during `seconds`, none missed."""
     seen: list[tuple[State | None, int]] = []
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + seconds
-    last_polls = -1
-    while loop.time() < deadline:
-        h = history(service, name)
-        if h.polls != last_polls and h.polls > 0:
-            seen.append((h.state, h.polls))
-            last_polls = h.polls
-        await asyncio.sleep(0.01)
+
+    def on_poll(target: str, updated: TargetHistory, _: PollOutcome) -> None:
+        if target == name:
+            seen.append((updated.state, updated.polls))
+
+    unsubscribe = service.subscribe(on_poll)
+    try:
+        await asyncio.sleep(seconds)
+    finally:
+        unsubscribe()
+    return seen
+
+
+async def record_histories(
+    service: ExporterService,
+    name: str,
+    *,
+    until: Callable[[TargetHistory], bool],
+    timeout: float,
+) -> list[TargetHistory]:
+    """The target's history after each of its polls, none missed, until `until` holds."""
+    current = history(service, name)
+    seen = [current] if current.polls else []
+    done = asyncio.Event()
+    if until(current):
+        done.set()
+
+    def on_poll(target: str, updated: TargetHistory, _: PollOutcome) -> None:
+        if target == name and not done.is_set():
+            seen.append(updated)
+            if until(updated):
+                done.set()
+
+    unsubscribe = service.subscribe(on_poll)
+    try:
+        await asyncio.wait_for(done.wait(), timeout)
+    except TimeoutError:
+        states = [(h.state, h.verdict.reason if h.verdict else "") for h in seen]
+        raise AssertionError(f"timed out after {timeout} s; {name} went through {states}") from None
+    finally:
+        unsubscribe()
     return seen
 
 

@@ -17,7 +17,6 @@ import asyncio
 import contextlib
 import datetime
 import json
-import time
 import urllib.request
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -28,6 +27,7 @@ from exporter.classify import State
 from exporter.config import ExporterConfig, ProbeConfig, TargetConfig
 from exporter.history import TargetHistory
 from exporter.service import ExporterService
+from tests.component.exporter_support import record_histories
 
 from .harness import HTTP_TIMEOUT_SECONDS, AlertingStack, poll
 
@@ -134,16 +134,5 @@ async def record_polls(
     service: ExporterService, name: str, until: Callable[[TargetHistory], bool], timeout: float
 ) -> list[tuple[State | None, int]]:
     """Every (state, state_polls) the exporter reports for `name`, one per poll, until `until`."""
-    seen: list[tuple[State | None, int]] = []
-    last_polls = 0
-    deadline = time.monotonic() + timeout
-    while True:
-        current = service.histories.get(name, TargetHistory())
-        if current.polls != last_polls:
-            seen.append((current.state, current.state_polls))
-            last_polls = current.polls
-        if until(current):
-            return seen
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s; {name} went through {seen}")
-        await asyncio.sleep(0.01)
+    polls = await record_histories(service, name, until=until, timeout=timeout)
+    return [(current.state, current.state_polls) for current in polls]

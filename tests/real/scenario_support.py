@@ -19,7 +19,7 @@ from exporter.config import ProbeConfig, TargetConfig
 from exporter.history import TargetHistory
 from exporter.reading import Reading
 from exporter.service import ExporterService
-from tests.component.exporter_support import history
+from tests.component.exporter_support import record_histories
 from tests.real.vllm_server import complete, fetch_metrics, metric_samples, metric_sum, word_prompt
 
 REAL_INTERVAL = 1.0
@@ -127,6 +127,19 @@ class PollRecord:
     probe_requests: int
 
 
+def _record(current: TargetHistory) -> PollRecord:
+    assert current.verdict is not None
+    return PollRecord(
+        state=current.state,
+        state_polls=current.state_polls,
+        polls=current.polls,
+        reason=current.verdict.reason,
+        reading=current.baseline,
+        steps_per_second=current.verdict.steps_per_second,
+        probe_requests=current.probe_requests,
+    )
+
+
 async def record_polls(
     service: ExporterService,
     name: str,
@@ -134,32 +147,9 @@ async def record_polls(
     until: Any,
     timeout: float,
 ) -> list[PollRecord]:
-    """Every poll of `name` (with its reading) until `until(history)` holds."""
-    seen: list[PollRecord] = []
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    last_polls = 0
-    while True:
-        current: TargetHistory = history(service, name)
-        if current.polls != last_polls and current.verdict is not None:
-            seen.append(
-                PollRecord(
-                    state=current.state,
-                    state_polls=current.state_polls,
-                    polls=current.polls,
-                    reason=current.verdict.reason,
-                    reading=current.baseline,
-                    steps_per_second=current.verdict.steps_per_second,
-                    probe_requests=current.probe_requests,
-                )
-            )
-            last_polls = current.polls
-        if until(current):
-            return seen
-        if loop.time() > deadline:
-            states = [(record.state, record.reason) for record in seen]
-            raise AssertionError(f"timed out after {timeout} s; {name} went through {states}")
-        await asyncio.sleep(0.01)
+    """Every poll of `name` (with its reading) until `until(history)` holds; none is missed."""
+    polls = await record_histories(service, name, until=until, timeout=timeout)
+    return [_record(current) for current in polls]
 
 
 def engine_values(reading: Reading | None, field: str) -> float | None:
