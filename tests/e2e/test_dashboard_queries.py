@@ -218,6 +218,9 @@ async def run_scenario(stack: AlertingStack, workdir: Path) -> Scenario:
                     f" == {STATE_CODES['stalled']}",
                     TIMEOUT,
                 )
+                # Range queries step by 1 s from the scenario's start: give the stalled value
+                # two steps, so the last step cannot fall just before its first sample.
+                await asyncio.sleep(2.0)
                 async with session.post(
                     restarter_url + "/alerts",
                     json=webhook_payload(name),
