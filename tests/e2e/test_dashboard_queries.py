@@ -305,8 +305,8 @@ def test_the_state_timeline_shows_busy_then_stalled(scenario: Scenario) -> None:
     (series,) = state.result
     assert series["metric"]["target"] == scenario.target
     codes = [int(float(value)) for _, value in series["values"]]
-    assert STATE_CODES["busy"] in codes
-    assert STATE_CODES["stalled"] in codes
+    assert STATE_CODES["busy"] in codes, series["values"]
+    assert STATE_CODES["stalled"] in codes, series["values"]
     assert codes.index(STATE_CODES["busy"]) < codes.index(STATE_CODES["stalled"])
 
 
