@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import sys
 from pathlib import Path
 from typing import Any
 
 from exporter.app import serve
 from exporter.config import load_config, parse_listen
+from stallwatch.cli import add_service_arguments, setup_logging
 from stallwatch.configfile import ConfigError
 
 
@@ -28,29 +28,16 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     )
     parser.add_argument("--config", required=True, type=Path, help="YAML config file")
     parser.add_argument(
-        "--config.check",
-        dest="config_check",
-        action="store_true",
-        help="validate the config file, print a summary and exit (0 valid, 1 invalid)",
-    )
-    parser.add_argument(
         "--listen",
         default=None,
         help="override the config's listen address (host:port)",
     )
-    parser.add_argument(
-        "--log-level",
-        default="info",
-        choices=("debug", "info", "warning", "error"),
-        help="log level (default: info)",
-    )
+    add_service_arguments(parser, log_help="log level (default: info)")
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    setup_logging(args.log_level)
     try:
         config = load_config(args.config)
         if args.listen is not None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime
-import logging
 import signal
 import sqlite3
 import sys
@@ -14,6 +13,7 @@ from typing import Any
 
 from restarter.config import ConfigError, RestarterConfig, load_config
 from restarter.journal import Journal, JournalEntry
+from stallwatch.cli import add_service_arguments, setup_logging
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
@@ -30,17 +30,8 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         ),
     )
     parser.add_argument("--config", type=Path, metavar="FILE", help="YAML config file (required)")
-    parser.add_argument(
-        "--config.check",
-        dest="config_check",
-        action="store_true",
-        help="validate the config file, print a summary and exit (0 valid, 1 invalid)",
-    )
-    parser.add_argument(
-        "--log-level",
-        default="info",
-        choices=("debug", "info", "warning", "error"),
-        help="log level (default: info); one line is logged per decision",
+    add_service_arguments(
+        parser, log_help="log level (default: info); one line is logged per decision"
     )
     parser.set_defaults(handler=run)
     commands = parser.add_subparsers(dest="restarter_command", metavar="COMMAND")
@@ -98,9 +89,7 @@ def run(args: argparse.Namespace) -> int:
     if args.config is None:
         print("stallwatch restarter: --config FILE is required", file=sys.stderr)
         return 2
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    setup_logging(args.log_level)
     config = _load(args.config)
     if config is None:
         return 1
