@@ -6,7 +6,6 @@ directory of the configuration file, so a config and its secrets can move togeth
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,6 +13,8 @@ from typing import Any, Literal, TypeVar
 from urllib.parse import urlsplit
 
 import yaml
+
+from stallwatch.configfile import parse_prometheus_duration as parse_duration
 
 DEFAULT_LISTEN = "127.0.0.1:9733"
 DEFAULT_RESTART_ALERTS: tuple[str, ...] = ("LLMServerStuck", "LLMServerUnresponsive")
@@ -25,28 +26,9 @@ DEFAULT_DOCKER_SOCKET = "/var/run/docker.sock"
 
 ActionKind = Literal["command", "docker", "systemd", "http"]
 
-_DURATION_PART = re.compile(r"(\d+)(ms|s|m|h|d|w)")
-_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
-
 
 class ConfigError(ValueError):
     """A configuration that cannot be used; the message names the file and the field."""
-
-
-def parse_duration(text: str) -> float:
-    """Seconds in a Prometheus-style duration such as `30s`, `10m`, `1h30m` or `200ms`."""
-    if not text:
-        raise ValueError("empty duration")
-    position = 0
-    total = 0.0
-    for match in _DURATION_PART.finditer(text):
-        if match.start() != position:
-            break
-        total += int(match.group(1)) * _DURATION_UNITS[match.group(2)]
-        position = match.end()
-    if position != len(text):
-        raise ValueError(f"not a duration: {text!r}")
-    return total
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,22 @@ from typing import Any
 
 import yaml
 
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_DECIMAL_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+# Prometheus' own format: whole numbers only, weeks allowed.
+_PROMETHEUS_DURATION_PART = re.compile(r"(\d+)(ms|s|m|h|d|w)")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+
+
+def _duration_seconds(text: str, part: re.Pattern[str]) -> float | None:
+    """The sum of `text`'s consecutive number-unit parts, or None unless they cover it all."""
+    position = 0
+    seconds = 0.0
+    for match in part.finditer(text):
+        if match.start() != position:
+            break
+        seconds += float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+        position = match.end()
+    return seconds if position == len(text) and position > 0 else None
 
 
 class ConfigError(ValueError):
@@ -31,20 +45,24 @@ def parse_duration(value: object) -> float:
     if isinstance(value, int | float):
         seconds = float(value)
     elif isinstance(value, str) and value.strip():
-        text = value.strip()
-        position = 0
-        seconds = 0.0
-        for match in _DURATION_PART.finditer(text):
-            if match.start() != position:
-                break
-            seconds += float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
-            position = match.end()
-        if position != len(text) or position == 0:
+        parsed = _duration_seconds(value.strip(), _DECIMAL_DURATION_PART)
+        if parsed is None:
             raise ValueError(f"expected a duration like 15s, 10m or 1h, got {value!r}")
+        seconds = parsed
     else:
         raise ValueError(f"expected a duration like 15s, 10m or 1h, got {value!r}")
     if seconds < 0:
         raise ValueError("a duration cannot be negative")
+    return seconds
+
+
+def parse_prometheus_duration(text: str) -> float:
+    """Seconds in a Prometheus-style duration such as `30s`, `10m`, `1h30m` or `200ms`."""
+    if not text:
+        raise ValueError("empty duration")
+    seconds = _duration_seconds(text, _PROMETHEUS_DURATION_PART)
+    if seconds is None:
+        raise ValueError(f"not a duration: {text!r}")
     return seconds
 
 
