@@ -17,10 +17,16 @@ import asyncio
 import contextlib
 import datetime
 import json
+import subprocess
+import sys
 import urllib.request
 import uuid
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import aiohttp
 
 from exporter.app import running_exporter
 from exporter.classify import State
@@ -136,3 +142,66 @@ async def record_polls(
     """Every (state, state_polls) the exporter reports for `name`, one per poll, until `until`."""
     polls = await record_histories(service, name, until=until, timeout=timeout)
     return [(current.state, current.state_polls) for current in polls]
+
+
+@dataclass
+class Restarter:
+    """A `stallwatch restarter` subprocess and how to read it."""
+
+    process: asyncio.subprocess.Process
+    url: str
+    token: str
+    log: Path
+
+    async def journal(self, session: aiohttp.ClientSession) -> list[dict[str, Any]]:
+        headers = {"Authorization": f"Bearer {self.token}"}
+        async with session.get(self.url + "/journal?limit=1000", headers=headers) as response:
+            assert response.status == 200, await response.text()
+            entries: list[dict[str, Any]] = (await response.json())["entries"]
+            return entries[::-1]  # oldest first
+
+    async def metrics(self, session: aiohttp.ClientSession) -> str:
+        async with session.get(self.url + "/metrics") as response:
+            assert response.status == 200
+            return await response.text()
+
+    def log_tail(self) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-30:])
+
+
+@contextlib.asynccontextmanager
+async def restarter_process(
+    config: dict[str, Any], workdir: Path, *, url: str, token: str, timeout: float
+) -> AsyncIterator[Restarter]:
+    """`stallwatch restarter --config FILE` with `config`, healthy at `url`, stopped at the end."""
+    config_file = workdir / "restarter.yml"
+    config_file.write_text(json.dumps(config))  # JSON is YAML
+    log = workdir / "restarter.log"
+    with log.open("wb") as output:
+        process = await asyncio.create_subprocess_exec(
+            *(sys.executable, "-m", "stallwatch", "restarter", "--config", str(config_file)),
+            stdin=subprocess.DEVNULL,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+        )
+    restarter = Restarter(process, url, token, log)
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:
+
+            async def healthy() -> bool | None:
+                assert process.returncode is None, f"the restarter exited:\n{restarter.log_tail()}"
+                with contextlib.suppress(aiohttp.ClientError):
+                    async with session.get(restarter.url + "/-/healthy") as response:
+                        return response.status == 200 or None
+                return None
+
+            await poll(healthy, timeout, "the restarter's /-/healthy")
+        yield restarter
+    finally:
+        if process.returncode is None:
+            process.terminate()
+        try:
+            await asyncio.wait_for(process.wait(), 10)
+        except TimeoutError:
+            process.kill()
+            await process.wait()

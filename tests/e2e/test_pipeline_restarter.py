@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
-import subprocess
 import sys
 import textwrap
 import time
@@ -43,8 +41,10 @@ from tests.component.exporter_support import history, wait_for_state, wait_until
 from .harness import WEBHOOK_PATH, AlertingStack, MissingBinaryError, RecordingReceiver, poll
 from .pipeline_support import (
     TIMEOUT,
+    Restarter,
     exporter_on_stack,
     record_polls,
+    restarter_process,
     rules_evaluated_after,
     seen_in_state,
     target,
@@ -125,31 +125,6 @@ def restarter_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Restar
         yield stack
     finally:
         stack.stop()
-
-
-@dataclass
-class Restarter:
-    """A `stallwatch restarter` subprocess and how to read it."""
-
-    process: asyncio.subprocess.Process
-    url: str
-    token: str
-    log: Path
-
-    async def journal(self, session: aiohttp.ClientSession) -> list[dict[str, Any]]:
-        headers = {"Authorization": f"Bearer {self.token}"}
-        async with session.get(self.url + "/journal?limit=1000", headers=headers) as response:
-            assert response.status == 200, await response.text()
-            entries: list[dict[str, Any]] = (await response.json())["entries"]
-            return entries[::-1]  # oldest first
-
-    async def metrics(self, session: aiohttp.ClientSession) -> str:
-        async with session.get(self.url + "/metrics") as response:
-            assert response.status == 200
-            return await response.text()
-
-    def log_tail(self) -> str:
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-30:])
 
 
 @dataclass
@@ -235,37 +210,14 @@ async def restarter_for(
             }
         ],
     }
-    config_file = tmp_path / "restarter.yml"
-    config_file.write_text(json.dumps(config))  # JSON is YAML
-    log = tmp_path / "restarter.log"
-    with log.open("wb") as output:
-        process = await asyncio.create_subprocess_exec(
-            *(sys.executable, "-m", "stallwatch", "restarter", "--config", str(config_file)),
-            stdin=subprocess.DEVNULL,
-            stdout=output,
-            stderr=subprocess.STDOUT,
-        )
-    restarter = Restarter(process, f"http://{stack.restarter_address}", stack.token, log)
-    try:
-        async with aiohttp.ClientSession(timeout=HTTP) as session:
-
-            async def healthy() -> bool | None:
-                assert process.returncode is None, f"the restarter exited:\n{restarter.log_tail()}"
-                with contextlib.suppress(aiohttp.ClientError):
-                    async with session.get(restarter.url + "/-/healthy") as response:
-                        return response.status == 200 or None
-                return None
-
-            await poll(healthy, TIMEOUT, "the restarter's /-/healthy")
+    async with restarter_process(
+        config,
+        tmp_path,
+        url=f"http://{stack.restarter_address}",
+        token=stack.token,
+        timeout=TIMEOUT,
+    ) as restarter:
         yield restarter
-    finally:
-        if process.returncode is None:
-            process.terminate()
-        try:
-            await asyncio.wait_for(process.wait(), 10)
-        except TimeoutError:
-            process.kill()
-            await process.wait()
 
 
 @contextlib.asynccontextmanager

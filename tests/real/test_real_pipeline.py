@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import secrets
-import subprocess
 import sys
 import textwrap
 import time
@@ -37,6 +35,7 @@ from exporter.config import ExporterConfig
 from exporter.service import ExporterService
 from stallwatch.localstack import LocalStack, MissingBinaryError, ScrapeTargets, Webhook, free_port
 from tests.component.exporter_support import history, wait_for_state, wait_until
+from tests.e2e.pipeline_support import Restarter, restarter_process
 from tests.real.scenario_support import (
     CONCURRENT_GENERATIONS,
     cancel_all,
@@ -114,24 +113,6 @@ async def wait_for_query(stack: LocalStack, promql: str, timeout: float) -> list
         await asyncio.sleep(0.25)
 
 
-@dataclass
-class Restarter:
-    process: asyncio.subprocess.Process
-    url: str
-    token: str
-    log: Path
-
-    async def journal(self, session: aiohttp.ClientSession) -> list[dict[str, Any]]:
-        headers = {"Authorization": f"Bearer {self.token}"}
-        async with session.get(self.url + "/journal?limit=1000", headers=headers) as response:
-            assert response.status == 200, await response.text()
-            entries: list[dict[str, Any]] = (await response.json())["entries"]
-            return entries[::-1]  # oldest first
-
-    def log_tail(self) -> str:
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-30:])
-
-
 @contextlib.asynccontextmanager
 async def running_restarter(
     pipeline: PipelineStack, tmp_path: Path, server: RealVllmServer
@@ -166,40 +147,14 @@ async def running_restarter(
             }
         ],
     }
-    config_file = tmp_path / "restarter.yml"
-    config_file.write_text(json.dumps(config))  # JSON is YAML
-    log = tmp_path / "restarter.log"
-    with log.open("wb") as output:
-        process = await asyncio.create_subprocess_exec(
-            *(sys.executable, "-m", "stallwatch", "restarter", "--config", str(config_file)),
-            stdin=subprocess.DEVNULL,
-            stdout=output,
-            stderr=subprocess.STDOUT,
-        )
-    restarter = Restarter(
-        process, f"http://127.0.0.1:{pipeline.restarter_port}", pipeline.token, log
-    )
-    try:
-        async with aiohttp.ClientSession(timeout=HTTP) as session:
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + 30
-            while True:
-                assert process.returncode is None, f"the restarter exited:\n{restarter.log_tail()}"
-                with contextlib.suppress(aiohttp.ClientError):
-                    async with session.get(restarter.url + "/-/healthy") as response:
-                        if response.status == 200:
-                            break
-                assert loop.time() < deadline, f"restarter not healthy:\n{restarter.log_tail()}"
-                await asyncio.sleep(0.1)
+    async with restarter_process(
+        config,
+        tmp_path,
+        url=f"http://127.0.0.1:{pipeline.restarter_port}",
+        token=pipeline.token,
+        timeout=30,
+    ) as restarter:
         yield restarter
-    finally:
-        if process.returncode is None:
-            process.terminate()
-        try:
-            await asyncio.wait_for(process.wait(), 10)
-        except TimeoutError:
-            process.kill()
-            await process.wait()
 
 
 def serve_restart_request(server: RealVllmServer, request: Path, done: Path) -> int | None:
