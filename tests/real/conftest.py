@@ -81,7 +81,7 @@ def real_vllm_environment(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def real_vllm(real_vllm_environment: Path) -> Iterator[RealVllmServer]:
     """One default real vLLM server for the whole session (it takes ~40 s to start)."""
     server = RealVllmServer(real_vllm_environment, name="default")
-    server.start()
+    server.start(warm_up=True)
     _SESSION_SERVERS.append(server)
     try:
         yield server
@@ -92,10 +92,18 @@ def real_vllm(real_vllm_environment: Path) -> Iterator[RealVllmServer]:
 
 @pytest.fixture(autouse=True)
 def _restore_session_servers() -> Iterator[None]:
-    """After each test: resume a stopped engine core, restart a server a test killed."""
+    """After each test: fail if a worker died under it; resume a stopped engine core, restart a
+    server a test killed."""
     yield
+    deaths = [
+        f"{server.describe()}: a worker died ({death}); log {server.log_path}:\n{server.log_tail()}"
+        for server in _SESSION_SERVERS
+        if (death := server.worker_death()) is not None
+    ]
     for server in _SESSION_SERVERS:
         server.recover()
+    if deaths:
+        pytest.fail("\n\n".join(deaths), pytrace=False)
 
 
 @pytest.fixture
@@ -111,6 +119,8 @@ def real_vllm_factory(real_vllm_environment: Path) -> Iterator[RealVllmFactory]:
 
     try:
         yield start
+        for server in started:
+            server.raise_if_worker_died()
     finally:
         for server in started:
             server.stop()

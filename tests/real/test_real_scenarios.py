@@ -306,6 +306,17 @@ async def _states_over_polls(url: str, polls: int) -> tuple[list[PollRecord], in
         return records, history(service, NAME).probe_requests
 
 
+def _judged_busy(states: list[State]) -> object:
+    """What a run of polls of a working server must show, whatever the timing: the first poll
+    recorded is the exporter's first read (unknown: nothing to compare with yet) or, when the
+    recorder starts a poll late on a loaded machine, already busy; every later poll is busy.
+    Anything else is returned as it is, so the assertion shows it."""
+    first, *later = states
+    if first in (State.UNKNOWN, State.BUSY) and later and all(s == State.BUSY for s in later):
+        return "busy after the first read"
+    return states
+
+
 @pytest.mark.parametrize("server", ["simulator", "real"])
 async def test_simulator_and_real_server_get_the_same_verdicts(
     server: str, request: pytest.FixtureRequest
@@ -330,7 +341,7 @@ async def test_simulator_and_real_server_get_the_same_verdicts(
                     check = await run_check(real_target("check", under_test.url))
                 finally:
                     under_test.resume()
-            verdicts["busy"] = [poll.state for poll in busy]
+            verdicts["busy"] = _judged_busy([poll.state for poll in busy])
             verdicts["hang"] = (stalled.state, stalled.state_polls >= 2, check.exit_code)
             verdicts["test requests under load"] = stalled.probe_requests
         finally:
@@ -345,7 +356,7 @@ async def test_simulator_and_real_server_get_the_same_verdicts(
             verdicts["prefill still running"] = not prefill.done()
         finally:
             await cancel_all([prefill])
-        verdicts["prefill"] = [poll.state for poll in prefilling]
+        verdicts["prefill"] = _judged_busy([poll.state for poll in prefilling])
         verdicts["prefill steps flat"] = (
             len({engine_values(poll.reading, "steps") for poll in prefilling}) == 1
         )
@@ -354,10 +365,10 @@ async def test_simulator_and_real_server_get_the_same_verdicts(
     assert verdicts == {
         "idle": ["idle"],
         "idle probes within one per poll": True,
-        "busy": [State.UNKNOWN, State.BUSY, State.BUSY, State.BUSY],
+        "busy": "busy after the first read",
         "hang": (State.STALLED, True, EXIT_STUCK),
         "test requests under load": 0,
         "prefill still running": True,
-        "prefill": [State.UNKNOWN, State.BUSY, State.BUSY, State.BUSY],
+        "prefill": "busy after the first read",
         "prefill steps flat": True,
     }

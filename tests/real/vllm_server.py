@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -35,6 +36,10 @@ START_TIMEOUT_S = 300.0
 STOP_TIMEOUT_S = 30.0
 HTTP_TIMEOUT_S = 5.0
 LOG_TAIL_LINES = 80
+WARM_UP_TIMEOUT_S = 120.0
+# What vLLM logs when a worker or the engine core dies under it (SIGILL on an unsupported
+# instruction, an out-of-memory kill, a crash in a kernel).
+WORKER_DEATH_MARKERS = ("died unexpectedly", "EngineDeadError", "Engine core initialization failed")
 
 
 class RealVllmError(RuntimeError):
@@ -215,6 +220,8 @@ class RealVllmServer:
         self.process: subprocess.Popen[bytes] | None = None
         self.starts = 0
         self.last_start_seconds: float | None = None
+        self._log_offset = 0
+        self._engine_killed_on_purpose = False
 
     @property
     def base_url(self) -> str:
@@ -228,12 +235,18 @@ class RealVllmServer:
 
     # lifecycle
 
-    def start(self, timeout_s: float = START_TIMEOUT_S) -> float:
-        """Starts the server, waits until /health and /v1/models answer; returns the seconds."""
+    def start(self, timeout_s: float = START_TIMEOUT_S, *, warm_up: bool = False) -> float:
+        """Starts the server, waits until /health and /v1/models answer; returns the seconds.
+
+        With `warm_up`, one short completion must also answer: a worker that dies at its first
+        request (an instruction the CPU lacks) fails here, with the log, not in a later test.
+        """
         if self.process is not None and self.process.poll() is None:
             raise RealVllmError(f"{self.name} is already running (pid {self.process.pid})")
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.starts += 1
+        self._engine_killed_on_purpose = False
+        self._log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         started = time.monotonic()
         with self.log_path.open("ab") as log:
             log.write(f"\n===== start #{self.starts}: {self.describe()}\n".encode())
@@ -255,6 +268,9 @@ class RealVllmServer:
             )
         try:
             self._wait_ready(started + timeout_s)
+            if warm_up:
+                self._warm_up()
+            self.raise_if_worker_died()
         except BaseException:
             self.stop()
             raise
@@ -331,7 +347,34 @@ class RealVllmServer:
 
     def sigkill_engine(self) -> int:
         """Kills the engine core; the API server notices and exits within seconds."""
+        self._engine_killed_on_purpose = True
         return self._signal_engine(signal.SIGKILL)
+
+    def worker_death(self) -> str | None:
+        """The log line saying a worker or the engine core died since the last start, if any.
+
+        A death the test caused itself (`sigkill_engine`) is not reported.
+        """
+        if self._engine_killed_on_purpose:
+            return None
+        try:
+            with self.log_path.open("rb") as log:
+                log.seek(self._log_offset)
+                text = log.read().decode("utf-8", errors="replace")
+        except OSError:
+            return None
+        for line in text.splitlines():
+            if any(marker in line for marker in WORKER_DEATH_MARKERS):
+                return line.strip()
+        return None
+
+    def raise_if_worker_died(self) -> None:
+        death = self.worker_death()
+        if death is not None:
+            raise RealVllmError(
+                f"{self.describe()}: a worker died ({death}); log {self.log_path}:\n"
+                f"{self.log_tail()}"
+            )
 
     def engine_is_stopped(self) -> bool:
         return _is_stopped(self.engine_core_pid())
@@ -402,6 +445,24 @@ class RealVllmServer:
                         f"log {self.log_path}:\n{self.log_tail()}"
                     )
                 time.sleep(0.5)
+
+    def _warm_up(self) -> None:
+        payload = json.dumps(
+            {"model": SERVED_MODEL_NAME, "prompt": word_prompt(4), "max_tokens": 2}
+        ).encode()
+        request = urllib.request.Request(
+            f"{self.base_url}/v1/completions",
+            data=payload,
+            headers={"Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=WARM_UP_TIMEOUT_S) as response:
+                response.read()
+        except (OSError, ValueError) as error:
+            raise RealVllmError(
+                f"{self.describe()}: the warm-up completion failed ({error}); "
+                f"log {self.log_path}:\n{self.log_tail()}"
+            ) from error
 
     def _log(self, message: str) -> None:
         with self.log_path.open("a", encoding="utf-8") as log:

@@ -15,8 +15,9 @@ from simulator.metrics import (
     load_families,
     render_payload,
 )
+from tests.fixtures import REAL_METRICS
 
-FIXTURES = Path(__file__).resolve().parents[2] / ".." / "shared" / "fixtures" / "real-metrics"
+FIXTURES = REAL_METRICS
 PREFIXES = ("vllm:", "process_", "python_")
 Shape = dict[str, tuple[str, frozenset[str], tuple[float, ...]]]
 
