@@ -7,9 +7,6 @@ FROM python:3.11-slim AS build
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY stallwatch ./stallwatch
-COPY exporter ./exporter
-COPY restarter ./restarter
-COPY simulator ./simulator
 RUN pip wheel --no-cache-dir --wheel-dir /wheels .
 
 # --- runtime ---------------------------------------------------------------------------------

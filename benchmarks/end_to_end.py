@@ -18,11 +18,11 @@ from pathlib import Path
 import aiohttp
 
 from benchmarks.common import REPO, Section, fmt_seconds, median
-from exporter.app import running_exporter
-from exporter.classify import State
-from exporter.config import ExporterConfig, ProbeConfig, TargetConfig
-from simulator.load import run_load
-from simulator.testing import running_simulator
+from stallwatch.core.classify import State
+from stallwatch.exporter.app import running_exporter
+from stallwatch.exporter.config import ExporterConfig, ProbeConfig, TargetConfig
+from stallwatch.simulator.load import run_load
+from stallwatch.simulator.testing import running_simulator
 from tests.e2e.harness import AlertingStack
 
 TEST_INTERVAL = 1.0

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from prometheus_client.parser import text_string_to_metric_families
 
 from benchmarks.common import Section, fmt_seconds, real_payload
-from exporter.reading import parse_reading
+from stallwatch.core.reading import parse_reading
 
 ENGINES = 8
 MODELS = ("llama-70b", "qwen-72b", "mistral-large", "deepseek-v3", "gemma-27b", "phi-4")

@@ -19,9 +19,9 @@ import aiohttp
 from aiohttp import web
 
 from benchmarks.common import Section, fmt_seconds, percentile
-from exporter.confirm import Confirmation
-from restarter.config import HttpAction, RestarterConfig, Target
-from restarter.server import RESTARTER_KEY, build_app
+from stallwatch.core.confirmation import Confirmation
+from stallwatch.restarter.config import HttpAction, RestarterConfig, Target
+from stallwatch.restarter.server import RESTARTER_KEY, build_app
 
 TOKEN = "benchmark-token"
 TARGET = "gpu-a"

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 import aiohttp
 
 from benchmarks.common import REAL_METRICS, VLLM_PAYLOAD, Section, fmt_seconds, real_payload
-from exporter.config import ExporterConfig, ProbeConfig, TargetConfig
-from exporter.service import ExporterService
 from stallwatch import USER_AGENT
+from stallwatch.exporter.config import ExporterConfig, ProbeConfig, TargetConfig
+from stallwatch.exporter.service import ExporterService
 
 SHIPPED_INTERVAL = 15.0
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")

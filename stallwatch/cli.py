@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import logging
 import sys
 from collections.abc import Sequence
 
@@ -17,35 +16,13 @@ from stallwatch import __version__
 
 # Order is the order shown in --help.
 SUBCOMMAND_MODULES: tuple[str, ...] = (
-    "exporter.cli",
-    "exporter.check_cli",
-    "restarter.cli",
-    "simulator.cli",
+    "stallwatch.exporter.cli",
+    "stallwatch.exporter.check_cli",
+    "stallwatch.restarter.cli",
+    "stallwatch.simulator.cli",
     "stallwatch.demo_cli",
     "stallwatch.replay_cli",
 )
-
-
-def add_service_arguments(parser: argparse.ArgumentParser, *, log_help: str) -> None:
-    """The flags every long-running component shares: --config.check and --log-level."""
-    parser.add_argument(
-        "--config.check",
-        dest="config_check",
-        action="store_true",
-        help="validate the config file, print a summary and exit (0 valid, 1 invalid)",
-    )
-    parser.add_argument(
-        "--log-level",
-        default="info",
-        choices=("debug", "info", "warning", "error"),
-        help=log_help,
-    )
-
-
-def setup_logging(level: str) -> None:
-    logging.basicConfig(
-        level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -27,15 +27,21 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from exporter.classify import State, Verdict, classify, down, with_probe_result
-from exporter.confirm import Confirmation, judge_confirmation
-from exporter.history import PollOutcome, TargetHistory
-from exporter.reading import EngineSample, Reading
-from restarter.config import Budget, CommandAction, ConfirmSettings, RestarterConfig, Target
-from restarter.payload import Alert
-from restarter.policy import History, PastDecision, PastRestart, decide, with_confirmation
-from simulator.engine import Engine, EngineConfig, SimRequest, TokenEvent
-from simulator.metrics import load_families
+from stallwatch.core.alerts import Alert
+from stallwatch.core.classify import State, Verdict, classify, down, with_probe_result
+from stallwatch.core.confirmation import Confirmation, judge_confirmation
+from stallwatch.core.history import PollOutcome, TargetHistory
+from stallwatch.core.policy import History, PastDecision, PastRestart, decide, with_confirmation
+from stallwatch.core.reading import EngineSample, Reading
+from stallwatch.restarter.config import (
+    Budget,
+    CommandAction,
+    ConfirmSettings,
+    RestarterConfig,
+    Target,
+)
+from stallwatch.simulator.engine import Engine, EngineConfig, SimRequest, TokenEvent
+from stallwatch.simulator.metrics import load_families
 
 MODEL_NAME = "model"
 TARGET_NAME = "model-server"

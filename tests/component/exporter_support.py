@@ -10,11 +10,11 @@ from pathlib import Path
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.app import running_exporter
-from exporter.classify import State
-from exporter.config import ExporterConfig, ProbeConfig, TargetConfig
-from exporter.history import PollOutcome, TargetHistory
-from exporter.service import ExporterService
+from stallwatch.core.classify import State
+from stallwatch.core.history import PollOutcome, TargetHistory
+from stallwatch.exporter.app import running_exporter
+from stallwatch.exporter.config import ExporterConfig, ProbeConfig, TargetConfig
+from stallwatch.exporter.service import ExporterService
 
 FAST_INTERVAL = 0.25
 

@@ -13,12 +13,12 @@ from pathlib import Path
 import aiohttp
 from aiohttp import web
 
-from exporter.check_cli import EXIT_DOWN, EXIT_OK, EXIT_STUCK, EXIT_UNKNOWN, run_check
-from exporter.classify import State
-from exporter.config import ProbeConfig, TargetConfig
-from simulator.load import run_load
-from simulator.testing import running_simulator
 from stallwatch import USER_AGENT
+from stallwatch.core.classify import State
+from stallwatch.exporter.check_cli import EXIT_DOWN, EXIT_OK, EXIT_STUCK, EXIT_UNKNOWN, run_check
+from stallwatch.exporter.config import ProbeConfig, TargetConfig
+from stallwatch.simulator.load import run_load
+from stallwatch.simulator.testing import running_simulator
 from tests.component.exporter_support import wait_until
 
 

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import aiohttp
 
-from exporter.app import running_exporter
-from exporter.classify import State
-from exporter.config import ExporterConfig
-from simulator.load import run_load
-from simulator.proxy import running_proxy
-from simulator.testing import running_simulator
 from stallwatch import USER_AGENT
+from stallwatch.core.classify import State
+from stallwatch.exporter.app import running_exporter
+from stallwatch.exporter.config import ExporterConfig
+from stallwatch.simulator.load import run_load
+from stallwatch.simulator.proxy import running_proxy
+from stallwatch.simulator.testing import running_simulator
 from tests.component.exporter_support import (
     exporter_for,
     history,

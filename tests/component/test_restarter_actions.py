@@ -20,7 +20,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from restarter.server import Restarter
+from stallwatch.restarter.server import Restarter
 from tests.component.test_restarter_support import (
     alert,
     fake_vllm,
@@ -318,7 +318,7 @@ async def metrics_text(session: aiohttp.ClientSession, url: str) -> str:
 
 async def test_command_restarts_a_hung_simulator_process(tmp_path: Path) -> None:
     """A hung simulator (work in flight, counters frozen) is confirmed and replaced."""
-    from simulator.testing import start_simulator_process
+    from stallwatch.simulator.testing import start_simulator_process
 
     state = tmp_path / "state"
     state.mkdir()

@@ -17,8 +17,8 @@ from aiohttp import web
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from restarter.config import DEFAULT_RESTART_ALERTS as RESTART_ALERTS
-from restarter.server import RESTARTER_KEY, Restarter, build_app
+from stallwatch.restarter.config import DEFAULT_RESTART_ALERTS as RESTART_ALERTS
+from stallwatch.restarter.server import RESTARTER_KEY, Restarter, build_app
 from tests.component.test_restarter_support import (
     METRICS_TEMPLATE,
     STARTS_AT,

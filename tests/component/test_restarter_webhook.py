@@ -6,8 +6,8 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from restarter.metrics import RESULTS
-from restarter.policy import SKIP_REASONS
+from stallwatch.core.policy import SKIP_REASONS
+from stallwatch.restarter.metrics import RESULTS
 from tests.component.test_restarter_support import (
     AUTH,
     alert,

@@ -9,7 +9,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from simulator.testing import SimHandle, engine_sample, parse_samples, running_simulator
+from stallwatch.simulator.testing import SimHandle, engine_sample, parse_samples, running_simulator
 
 TIMEOUT = aiohttp.ClientTimeout(total=10)
 SHORT = aiohttp.ClientTimeout(total=0.3)

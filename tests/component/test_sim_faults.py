@@ -8,8 +8,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from simulator.server import RESTART_MESSAGE
-from simulator.testing import SimHandle, engine_sample, read_metrics, running_simulator
+from stallwatch.simulator.server import RESTART_MESSAGE
+from stallwatch.simulator.testing import SimHandle, engine_sample, read_metrics, running_simulator
 
 TIMEOUT = aiohttp.ClientTimeout(total=10)
 RUNNING = engine_sample("vllm:num_requests_running")

@@ -6,9 +6,9 @@ import asyncio
 
 import aiohttp
 
-from simulator.load import run_load
-from simulator.proxy import running_proxy
-from simulator.testing import SimHandle, running_simulator
+from stallwatch.simulator.load import run_load
+from stallwatch.simulator.proxy import running_proxy
+from stallwatch.simulator.testing import SimHandle, running_simulator
 
 TIMEOUT = aiohttp.ClientTimeout(total=10)
 

@@ -9,7 +9,7 @@ import urllib.request
 
 import pytest
 
-from simulator.testing import simulator_process
+from stallwatch.simulator.testing import simulator_process
 
 
 def test_process_prints_url_serves_and_exits_on_crash() -> None:
@@ -34,7 +34,7 @@ def test_process_prints_url_serves_and_exits_on_crash() -> None:
 def test_help_explains_every_flag() -> None:
     """`stallwatch sim --help` documents each flag the simulator accepts."""
     result = subprocess.run(
-        [sys.executable, "-m", "simulator", "--help"],
+        [sys.executable, "-m", "stallwatch.simulator", "--help"],
         capture_output=True,
         text=True,
         timeout=30,
@@ -59,7 +59,7 @@ def test_help_explains_every_flag() -> None:
 def test_invalid_flag_value_is_a_clear_error() -> None:
     """A zero --max-num-seqs is refused with a message naming the flag, exit code 2."""
     result = subprocess.run(
-        [sys.executable, "-m", "simulator", "--port", "0", "--max-num-seqs", "0"],
+        [sys.executable, "-m", "stallwatch.simulator", "--port", "0", "--max-num-seqs", "0"],
         capture_output=True,
         text=True,
         timeout=30,

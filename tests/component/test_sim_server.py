@@ -7,9 +7,14 @@ import json
 
 import aiohttp
 
-from simulator.metrics import CONTENT_TYPE
-from simulator.server import SimConfig
-from simulator.testing import engine_sample, parse_samples, read_metrics, running_simulator
+from stallwatch.simulator.metrics import CONTENT_TYPE
+from stallwatch.simulator.server import SimConfig
+from stallwatch.simulator.testing import (
+    engine_sample,
+    parse_samples,
+    read_metrics,
+    running_simulator,
+)
 
 TIMEOUT = aiohttp.ClientTimeout(total=10)
 

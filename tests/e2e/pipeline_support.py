@@ -28,11 +28,11 @@ from typing import Any
 
 import aiohttp
 
-from exporter.app import running_exporter
-from exporter.classify import State
-from exporter.config import ExporterConfig, ProbeConfig, TargetConfig
-from exporter.history import TargetHistory
-from exporter.service import ExporterService
+from stallwatch.core.classify import State
+from stallwatch.core.history import TargetHistory
+from stallwatch.exporter.app import running_exporter
+from stallwatch.exporter.config import ExporterConfig, ProbeConfig, TargetConfig
+from stallwatch.exporter.service import ExporterService
 from tests.component.exporter_support import record_histories
 
 from .harness import HTTP_TIMEOUT_SECONDS, AlertingStack, poll

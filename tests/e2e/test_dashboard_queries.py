@@ -32,12 +32,12 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from exporter.app import running_exporter
-from exporter.config import ExporterConfig
-from restarter.config import parse_config
-from restarter.server import build_app
-from simulator.load import run_load
-from simulator.testing import engine_sample, read_metrics, running_simulator
+from stallwatch.exporter.app import running_exporter
+from stallwatch.exporter.config import ExporterConfig
+from stallwatch.restarter.config import parse_config
+from stallwatch.restarter.server import build_app
+from stallwatch.simulator.load import run_load
+from stallwatch.simulator.testing import engine_sample, read_metrics, running_simulator
 from tests.component.exporter_support import target as exporter_target
 
 from .harness import AlertingStack

@@ -23,10 +23,10 @@ from collections.abc import AsyncIterator
 import aiohttp
 import pytest
 
-from exporter.classify import State
-from simulator.load import LoadSummary, run_load
-from simulator.server import SimConfig
-from simulator.testing import SimHandle, running_simulator
+from stallwatch.core.classify import State
+from stallwatch.simulator.load import LoadSummary, run_load
+from stallwatch.simulator.server import SimConfig
+from stallwatch.simulator.testing import SimHandle, running_simulator
 from tests.component.exporter_support import history, wait_for_state, wait_until
 
 from .harness import AlertingStack, poll

@@ -32,10 +32,10 @@ from typing import Any
 import aiohttp
 import pytest
 
-from exporter.classify import State
-from exporter.service import ExporterService
-from simulator.load import LoadSummary, run_load
-from simulator.testing import SimProcess, start_simulator_process
+from stallwatch.core.classify import State
+from stallwatch.exporter.service import ExporterService
+from stallwatch.simulator.load import LoadSummary, run_load
+from stallwatch.simulator.testing import SimProcess, start_simulator_process
 from tests.component.exporter_support import history, wait_for_state, wait_until
 
 from .harness import WEBHOOK_PATH, AlertingStack, MissingBinaryError, RecordingReceiver, poll
@@ -73,7 +73,7 @@ RESTART_SCRIPT = textwrap.dedent(
         time.sleep(0.02)
     with open(log, "ab") as output:
         new = subprocess.Popen(
-            [sys.executable, "-m", "simulator", "--port", port, *sim_args],
+            [sys.executable, "-m", "stallwatch.simulator", "--port", port, *sim_args],
             stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT,
             start_new_session=True,
         )

@@ -29,10 +29,10 @@ from typing import Any
 import aiohttp
 import pytest
 
-from exporter.app import running_exporter
-from exporter.classify import State
-from exporter.config import ExporterConfig
-from exporter.service import ExporterService
+from stallwatch.core.classify import State
+from stallwatch.exporter.app import running_exporter
+from stallwatch.exporter.config import ExporterConfig
+from stallwatch.exporter.service import ExporterService
 from stallwatch.localstack import LocalStack, MissingBinaryError, ScrapeTargets, Webhook, free_port
 from tests.component.exporter_support import history, wait_for_state, wait_until
 from tests.e2e.pipeline_support import Restarter, restarter_process

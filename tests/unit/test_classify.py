@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from exporter.classify import State, classify, down, restart_evidence, with_probe_result
-from exporter.reading import Reading, parse_reading
+from stallwatch.core.classify import State, classify, down, restart_evidence, with_probe_result
+from stallwatch.core.reading import Reading, parse_reading
 from tests.fixtures import real_payload
 
 IDLE = "vllm-0.32.0-cpu-idle-1.txt"

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 import yaml
 
-from exporter.config import load_config as load_exporter_config
-from restarter.config import DockerAction
-from restarter.config import load_config as load_restarter_config
+from stallwatch.exporter.config import load_config as load_exporter_config
+from stallwatch.restarter.config import DockerAction
+from stallwatch.restarter.config import load_config as load_restarter_config
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO / "docker-compose.yml"

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from exporter.config import load_config
-from stallwatch.configfile import ConfigError, parse_duration
+from stallwatch.common.config import ConfigError, parse_duration
+from stallwatch.exporter.config import load_config
 
 REPO = Path(__file__).resolve().parents[2]
 

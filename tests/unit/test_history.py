@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from exporter.classify import State, Verdict, down
-from exporter.history import PollOutcome, TargetHistory
-from exporter.reading import Reading
+from stallwatch.core.classify import State, Verdict, down
+from stallwatch.core.history import PollOutcome, TargetHistory
+from stallwatch.core.reading import Reading
 
 
 def outcome(

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exporter.reading import parse_reading
+from stallwatch.core.reading import parse_reading
 from tests.fixtures import real_payload
 
 

@@ -6,10 +6,8 @@ import json
 
 import pytest
 
-from exporter.reading import parse_reading
-from simulator.engine import SimRequest
-from simulator.metrics import EngineView, RenderOptions, render_payload
 from stallwatch.cli import main
+from stallwatch.core.reading import parse_reading
 from stallwatch.replay import (
     ReplayConfig,
     ReplayResult,
@@ -19,6 +17,8 @@ from stallwatch.replay import (
     plan_traffic,
     run_replay,
 )
+from stallwatch.simulator.engine import SimRequest
+from stallwatch.simulator.metrics import EngineView, RenderOptions, render_payload
 
 SEEDS = (1, 2, 3)
 HOURS = 12.0

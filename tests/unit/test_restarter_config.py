@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
-from restarter.config import (
+from stallwatch.restarter.config import (
     CommandAction,
     ConfigError,
     DockerAction,

@@ -6,17 +6,9 @@ from dataclasses import replace
 
 import pytest
 
-from exporter.confirm import Confirmation
-from restarter.config import (
-    Budget,
-    CommandAction,
-    ConfirmSettings,
-    FleetWindow,
-    RestarterConfig,
-    Target,
-)
-from restarter.payload import Alert
-from restarter.policy import (
+from stallwatch.core.alerts import Alert
+from stallwatch.core.confirmation import Confirmation
+from stallwatch.core.policy import (
     CHECKS_PASSED,
     CONFIRMED,
     SKIP_REASONS,
@@ -27,6 +19,14 @@ from restarter.policy import (
     decide,
     lookback_seconds,
     with_confirmation,
+)
+from stallwatch.restarter.config import (
+    Budget,
+    CommandAction,
+    ConfirmSettings,
+    FleetWindow,
+    RestarterConfig,
+    Target,
 )
 
 NOW = 1_800_000_000.0

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from simulator.engine import Engine, EngineConfig, SimRequest
-from simulator.metrics import (
+from stallwatch.simulator.engine import Engine, EngineConfig, SimRequest
+from stallwatch.simulator.metrics import (
     CONTENT_TYPE,
     EngineView,
     RenderOptions,

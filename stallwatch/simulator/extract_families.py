@@ -2,7 +2,7 @@
 
 Run once when a new vLLM version is captured:
 
-    python -m simulator.extract_families OUT.json PAYLOAD.txt [PAYLOAD.txt ...]
+    python -m stallwatch.simulator.extract_families OUT.json PAYLOAD.txt [PAYLOAD.txt ...]
 
 For each `vllm:` family (in payload order) it records the type, HELP text, label names,
 the values of the one extra label that some families carry (`finished_reason`, `source`,

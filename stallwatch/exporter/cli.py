@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from exporter.app import serve
-from exporter.config import load_config, parse_listen
-from stallwatch.cli import add_service_arguments, setup_logging
-from stallwatch.configfile import ConfigError
+from stallwatch.common.cli import add_service_arguments, setup_logging
+from stallwatch.common.config import ConfigError
+from stallwatch.exporter.app import serve
+from stallwatch.exporter.config import load_config, parse_listen
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:

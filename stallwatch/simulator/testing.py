@@ -7,7 +7,7 @@ In-process (fast, direct access to the engines)::
         sim.engine       # engine 0 (simulator.engine.Engine)
         sim.apply_fault("hang")
 
-As a real process (`python -m simulator --port 0 ARGS...`, the same as `stallwatch sim`),
+As a real process (`python -m stallwatch.simulator --port 0 ARGS...`, the same as `stallwatch sim`),
 e.g. to be killed or restarted::
 
     with simulator_process(["--max-num-seqs", "2"]) as proc:
@@ -29,8 +29,8 @@ from typing import Any
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from simulator.engine import Engine
-from simulator.server import SimConfig, SimServer
+from stallwatch.simulator.engine import Engine
+from stallwatch.simulator.server import SimConfig, SimServer
 
 LISTENING_PREFIX = "listening on "
 
@@ -99,8 +99,8 @@ class SimProcess:
 
 
 def start_simulator_process(args: Sequence[str] = (), timeout: float = 20.0) -> SimProcess:
-    """Start `stallwatch sim --port 0 ARGS` (as `python -m simulator`) and wait for its URL line."""
-    command = [sys.executable, "-m", "simulator", "--port", "0", *args]
+    """Start `stallwatch sim --port 0 ARGS` (`python -m stallwatch.simulator`); wait for its URL."""
+    command = [sys.executable, "-m", "stallwatch.simulator", "--port", "0", *args]
     process = subprocess.Popen(
         command,
         stdout=subprocess.PIPE,

@@ -22,11 +22,11 @@ from prometheus_client import (
     generate_latest,
 )
 
-from exporter.collector import ExporterCollector
-from exporter.config import ExporterConfig, load_config
-from exporter.service import ExporterService
 from stallwatch import USER_AGENT
-from stallwatch.configfile import ConfigError
+from stallwatch.common.config import ConfigError
+from stallwatch.exporter.collector import ExporterCollector
+from stallwatch.exporter.config import ExporterConfig, load_config
+from stallwatch.exporter.service import ExporterService
 
 log = logging.getLogger("stallwatch.exporter")
 

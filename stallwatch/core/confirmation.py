@@ -1,15 +1,11 @@
-"""Confirm a stall with two fresh reads: the restarter's last look before it acts."""
+"""Judge whether two fresh reads of a server show a stall (the restarter's last look)."""
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass
 from typing import Literal
 
-import aiohttp
-
-from exporter.classify import State, Verdict, classify
-from exporter.fetch import read_metrics
+from stallwatch.core.classify import State, Verdict
 
 Refusal = Literal["progress", "idle", "down", "error"]
 
@@ -35,21 +31,3 @@ def judge_confirmation(verdict: Verdict) -> Confirmation:
         # LLMServerUnresponsive; here an idle read with no work is not a stall.
         return Confirmation(False, "idle", f"{verdict.state}: {verdict.reason}", verdict)
     return Confirmation(False, "error", f"{verdict.state}: {verdict.reason}", verdict)
-
-
-async def confirm_stall(
-    session: aiohttp.ClientSession,
-    metrics_url: str,
-    *,
-    gap_seconds: float,
-    timeout: float,
-) -> Confirmation:
-    """Read `metrics_url` twice, `gap_seconds` apart, and judge the pair."""
-    first = await read_metrics(session, metrics_url, timeout=timeout)
-    if first.reading is None:
-        return Confirmation(False, "down", first.detail)
-    await asyncio.sleep(gap_seconds)
-    second = await read_metrics(session, metrics_url, timeout=timeout)
-    if second.reading is None:
-        return Confirmation(False, "down", second.detail)
-    return judge_confirmation(classify(first.reading, second.reading))

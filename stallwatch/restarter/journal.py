@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from restarter.payload import Alert
-from restarter.policy import Decision, History, PastDecision, PastRestart
+from stallwatch.core.alerts import Alert
+from stallwatch.core.policy import Decision, History, PastDecision, PastRestart
 
 # The rows the duplicate rule reads: restarts (dry-run ones too) and refusals by confirmation.
 DECISIVE_ROWS = "decision = 'restart' OR reason = 'dry_run' OR reason LIKE 'not_confirmed_%'"

@@ -19,14 +19,15 @@ from typing import Protocol
 import aiohttp
 from aiohttp import web
 
-from exporter.confirm import Confirmation, confirm_stall
-from restarter.actions import ActionOutcome, ActionRunner
-from restarter.config import RestarterConfig, Target
-from restarter.journal import Journal
-from restarter.metrics import UNCONFIGURED_TARGET, RestarterMetrics
-from restarter.payload import Alert, Notification, PayloadError, parse_notification
-from restarter.policy import Decision, History, decide, lookback_seconds, with_confirmation
 from stallwatch import USER_AGENT
+from stallwatch.core.alerts import Alert, Notification, PayloadError, parse_notification
+from stallwatch.core.confirmation import Confirmation
+from stallwatch.core.policy import Decision, History, decide, lookback_seconds, with_confirmation
+from stallwatch.restarter.actions import ActionOutcome, ActionRunner
+from stallwatch.restarter.config import RestarterConfig, Target
+from stallwatch.restarter.confirm import confirm_stall
+from stallwatch.restarter.journal import Journal
+from stallwatch.restarter.metrics import UNCONFIGURED_TARGET, RestarterMetrics
 
 log = logging.getLogger("stallwatch.restarter")
 

@@ -15,12 +15,12 @@ from typing import Any, cast
 
 import aiohttp
 
-from exporter.classify import State
-from exporter.config import ProbeConfig, TargetConfig
-from exporter.fetch import DEFAULT_MAX_BYTES, ProbeEndpoint
-from exporter.history import TargetHistory
-from exporter.poll import poll_once
 from stallwatch import USER_AGENT
+from stallwatch.core.classify import State
+from stallwatch.core.history import TargetHistory
+from stallwatch.exporter.config import ProbeConfig, TargetConfig
+from stallwatch.exporter.fetch import DEFAULT_MAX_BYTES, ProbeEndpoint
+from stallwatch.exporter.poll import poll_once
 
 EXIT_OK = 0
 EXIT_STUCK = 1

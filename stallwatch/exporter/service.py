@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
-from exporter.config import ExporterConfig, TargetConfig
-from exporter.history import PollOutcome, TargetHistory
-from exporter.poll import poll_once
+from stallwatch.core.history import PollOutcome, TargetHistory
+from stallwatch.exporter.config import ExporterConfig, TargetConfig
+from stallwatch.exporter.poll import poll_once
 
 log = logging.getLogger("stallwatch.exporter")
 

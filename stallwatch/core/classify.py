@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
-from exporter.reading import EngineSample, Reading
+from stallwatch.core.reading import EngineSample, Reading
 
 
 class State(StrEnum):

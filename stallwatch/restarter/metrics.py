@@ -5,8 +5,8 @@ from __future__ import annotations
 import prometheus_client
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from restarter.config import RestarterConfig
 from stallwatch import __version__
+from stallwatch.restarter.config import RestarterConfig
 
 RESULTS = ("success", "failure", "timeout")
 # Alerts whose target is not configured are counted under this label value, so a hostile

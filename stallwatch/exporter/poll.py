@@ -6,11 +6,11 @@ import time
 
 import aiohttp
 
-from exporter.classify import State, Verdict, classify, down, with_probe_result
-from exporter.config import TargetConfig
-from exporter.fetch import models_answer, read_metrics, send_probe
-from exporter.history import PollOutcome
-from exporter.reading import Reading
+from stallwatch.core.classify import State, Verdict, classify, down, with_probe_result
+from stallwatch.core.history import PollOutcome
+from stallwatch.core.reading import Reading
+from stallwatch.exporter.config import TargetConfig
+from stallwatch.exporter.fetch import models_answer, read_metrics, send_probe
 
 
 async def _poll_proxy(session: aiohttp.ClientSession, target: TargetConfig) -> Verdict:

@@ -27,8 +27,14 @@ from typing import Any
 
 from aiohttp import web
 
-from simulator.engine import Engine, EngineConfig, SimRequest, TokenEvent
-from simulator.metrics import CONTENT_TYPE, EngineView, RenderOptions, load_families, render_payload
+from stallwatch.simulator.engine import Engine, EngineConfig, SimRequest, TokenEvent
+from stallwatch.simulator.metrics import (
+    CONTENT_TYPE,
+    EngineView,
+    RenderOptions,
+    load_families,
+    render_payload,
+)
 
 log = logging.getLogger(__name__)
 

@@ -12,8 +12,8 @@ from typing import Any, Literal
 
 import aiohttp
 
-from exporter.reading import Reading, parse_reading, with_start_marker
 from stallwatch import USER_AGENT
+from stallwatch.core.reading import Reading, parse_reading, with_start_marker
 
 DEFAULT_MAX_BYTES = 8 * 1024 * 1024
 # llama.cpp sends its process start (monotonic microseconds) in this header of /metrics.

@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from stallwatch.configfile import parse_prometheus_duration as parse_duration
+from stallwatch.common.config import parse_prometheus_duration as parse_duration
 
 DEFAULT_LISTEN = "127.0.0.1:9733"
 DEFAULT_RESTART_ALERTS: tuple[str, ...] = ("LLMServerStuck", "LLMServerUnresponsive")

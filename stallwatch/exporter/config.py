@@ -9,8 +9,8 @@ from types import MappingProxyType
 from typing import Literal, cast
 from urllib.parse import urlsplit
 
-from exporter.fetch import ProbeEndpoint
-from stallwatch.configfile import ConfigError, Section, load_yaml_mapping
+from stallwatch.common.config import ConfigError, Section, load_yaml_mapping
+from stallwatch.exporter.fetch import ProbeEndpoint
 
 TargetKind = Literal["vllm", "proxy"]
 TARGET_KINDS: tuple[str, ...] = ("vllm", "proxy")

@@ -21,7 +21,7 @@ from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString as _untyped_float_to_go_string
 
-from simulator.engine import BLOCK_SIZE, EngineStats
+from stallwatch.simulator.engine import BLOCK_SIZE, EngineStats
 
 CONTENT_TYPE = "text/plain; version=1.0.0; charset=utf-8"
 FAMILIES_RESOURCE = "vllm_0_32_families.json"
@@ -31,7 +31,11 @@ SLEEP_STATES = ("awake", "weights_offloaded", "discard_all")
 @cache
 def load_families() -> list[dict[str, Any]]:
     """The vLLM 0.32 metric families (package data), in the order vLLM exports them."""
-    text = resources.files("simulator").joinpath(FAMILIES_RESOURCE).read_text(encoding="utf-8")
+    text = (
+        resources.files("stallwatch.simulator")
+        .joinpath(FAMILIES_RESOURCE)
+        .read_text(encoding="utf-8")
+    )
     families: list[dict[str, Any]] = json.loads(text)
     return families
 

@@ -7,11 +7,11 @@ from collections.abc import Callable, Iterator, Mapping
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from exporter.classify import State
-from exporter.config import ExporterConfig, TargetConfig
-from exporter.history import TargetHistory
-from exporter.service import ReloadStatus
 from stallwatch import __version__
+from stallwatch.core.classify import State
+from stallwatch.core.history import TargetHistory
+from stallwatch.exporter.config import ExporterConfig, TargetConfig
+from stallwatch.exporter.service import ReloadStatus
 
 REFRESH = "Refreshed every poll interval of the target."
 POLL_ERROR_REASONS: tuple[str, ...] = ("timeout", "connection", "http_status", "too_large", "parse")

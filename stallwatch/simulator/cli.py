@@ -9,9 +9,9 @@ import signal
 import sys
 from typing import Any
 
-from simulator.load import DEFAULT_USER_AGENT, run_load
-from simulator.proxy import running_proxy
-from simulator.server import SimConfig, SimServer
+from stallwatch.simulator.load import DEFAULT_USER_AGENT, run_load
+from stallwatch.simulator.proxy import running_proxy
+from stallwatch.simulator.server import SimConfig, SimServer
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -232,7 +232,7 @@ def _proxy_command(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run `stallwatch sim ARGS` without loading the other components (`python -m simulator`)."""
+    """`python -m stallwatch.simulator ARGS`: `stallwatch sim ARGS` without the other components."""
     parser = argparse.ArgumentParser(prog="stallwatch")
     register(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["sim", *(sys.argv[1:] if argv is None else argv)])

@@ -19,14 +19,14 @@ from urllib.parse import quote
 
 import aiohttp
 
-from restarter.config import (
+from stallwatch import USER_AGENT
+from stallwatch.restarter.config import (
     CommandAction,
     DockerAction,
     HttpAction,
     SystemdAction,
     Target,
 )
-from stallwatch import USER_AGENT
 
 ActionResult = Literal["success", "failure", "timeout"]
 TARGET_ENV = "STALLWATCH_TARGET"

@@ -11,9 +11,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from restarter.config import ConfigError, RestarterConfig, load_config
-from restarter.journal import Journal, JournalEntry
-from stallwatch.cli import add_service_arguments, setup_logging
+from stallwatch.common.cli import add_service_arguments, setup_logging
+from stallwatch.restarter.config import ConfigError, RestarterConfig, load_config
+from stallwatch.restarter.journal import Journal, JournalEntry
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
@@ -112,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _serve_until_signal(config: RestarterConfig) -> None:
-    from restarter.server import serve
+    from stallwatch.restarter.server import serve
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -6,8 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
-from exporter.classify import State, Verdict
-from exporter.reading import Reading
+from stallwatch.core.classify import State, Verdict
+from stallwatch.core.reading import Reading
 
 _NO_ERRORS: Mapping[str, int] = MappingProxyType({})
 

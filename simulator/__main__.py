@@ -1,7 +1,0 @@
-"""`python -m simulator ARGS` is `stallwatch sim ARGS`."""
-
-import sys
-
-from simulator.cli import main
-
-sys.exit(main())

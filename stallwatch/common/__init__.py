@@ -1,0 +1,1 @@
+"""The leaf: what every part of stallwatch uses and that imports nothing of the project."""
