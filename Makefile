@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 SYSTEM_BINARIES := prometheus promtool prometheus-alertmanager amtool docker-compose
 DEBIAN_PACKAGES := prometheus prometheus-alertmanager docker-compose
 
-.PHONY: all test test-fast test-real demo lint bench replay real-vllm system-deps venv clean
+.PHONY: all test test-unit test-fast test-real demo lint bench replay real-vllm system-deps venv clean
 
 all: test
 
@@ -40,6 +40,10 @@ system-deps:
 # The README's test command: unit, component, rules, routing, end-to-end and real-vLLM tiers.
 test: $(STAMP) system-deps
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests
+
+# The quick loop: the unit tier only (pure decisions, rules and routing, compose and docs checks).
+test-unit: $(STAMP) system-deps
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit
 
 # Everything but the real-vLLM tier (no vLLM install needed).
 test-fast: $(STAMP) system-deps
