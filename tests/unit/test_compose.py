@@ -1,4 +1,4 @@
-"""docker-compose.yml, the Dockerfile, deploy/ and the README's Deploy section agree.
+"""docker-compose.yml, the Dockerfile, deploy/ and the Deploy page (docs/deploy.md) agree.
 
 The compose file is checked by Debian's docker-compose 1.29 (`config` needs no Docker engine),
 and every structural assertion reads its normalised output (anchors merged, variables
@@ -508,11 +508,11 @@ def test_the_build_context_holds_everything_the_dockerfile_copies() -> None:
     assert packages <= allowed, f"packages missing from the image: {packages - allowed}"
 
 
-# --- the README's Deploy section --------------------------------------------------------------
+# --- the Deploy page, docs/deploy.md ----------------------------------------------------------
 
 
-def readme_deploy_section() -> str:
-    text = (REPO / "README.md").read_text()
+def deploy_doc_section() -> str:
+    text = (REPO / "docs" / "deploy.md").read_text()
     start = text.index("<!-- section: deploy -->") + len("<!-- section: deploy -->")
     end = text.find("<!-- section:", start)
     return text[start : end if end != -1 else len(text)]
@@ -546,31 +546,31 @@ def documented_services(section: str) -> list[DocumentedService]:
     return rows
 
 
-def test_the_readme_has_a_deploy_section() -> None:
-    """README.md's Deploy section is written, with its service table."""
-    section = readme_deploy_section()
-    assert section.strip(), "the README's deploy section is empty"
-    assert documented_services(section), "no service table in the README's deploy section"
+def test_the_deploy_doc_has_a_deploy_section() -> None:
+    """docs/deploy.md's Deploy section is written, with its service table."""
+    section = deploy_doc_section()
+    assert section.strip(), "the deploy section of docs/deploy.md is empty"
+    assert documented_services(section), "no service table in the deploy section of docs/deploy.md"
 
 
-def test_the_readme_documents_what_the_compose_file_has(normalised: dict[str, Any]) -> None:
-    """Every service, port and volume in the README table exists in compose, and vice versa."""
+def test_the_deploy_doc_documents_what_the_compose_file_has(normalised: dict[str, Any]) -> None:
+    """Every service, port and volume in the deploy page's table exists in compose, and back."""
     stack = services(normalised["sim"])
-    documented = documented_services(readme_deploy_section())
+    documented = documented_services(deploy_doc_section())
     assert sorted(row.name for row in documented) == sorted(stack)
     for row in documented:
         service = stack[row.name]
-        assert row.host_port is not None, f"{row.name}: no port in the README"
+        assert row.host_port is not None, f"{row.name}: no port in docs/deploy.md"
         assert (row.host_port, row.container_port) in [(h, c) for _, h, c in published(service)]
         named = {mount.source for mount in mounts(service) if mount.is_named_volume}
-        assert set(row.volumes) == named, f"{row.name}: README {row.volumes}, compose {named}"
+        assert set(row.volumes) == named, f"{row.name}: docs {row.volumes}, compose {named}"
     documented_volumes = {volume for row in documented for volume in row.volumes}
     assert documented_volumes == set(normalised["sim"]["volumes"])
 
 
-def test_the_readme_names_only_files_that_exist() -> None:
+def test_the_deploy_doc_names_only_files_that_exist() -> None:
     """Paths the Deploy section mentions (deploy/..., grafana/, Dockerfile) are in the repo."""
-    section = readme_deploy_section()
+    section = deploy_doc_section()
     paths = set(re.findall(r"`((?:deploy|grafana|prometheus|alertmanager|tests)/[^`*]*)`", section))
     paths |= {"Dockerfile", "docker-compose.yml"}
     for path in paths:
