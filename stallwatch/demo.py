@@ -52,17 +52,10 @@ from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
 from stallwatch import USER_AGENT, __version__
-from stallwatch.localstack import (
-    LocalStack,
-    LocalStackError,
-    ManagedProcess,
-    ProjectFiles,
-    ScrapeTargets,
-    Timings,
-    Webhook,
-    free_port,
-    wait_until_ready,
-)
+from stallwatch.localstack.errors import LocalStackError
+from stallwatch.localstack.processes import ManagedProcess, free_port, wait_until_ready
+from stallwatch.localstack.rewrite import ProjectFiles, ScrapeTargets, Timings, Webhook
+from stallwatch.localstack.stack import LocalStack
 
 T = TypeVar("T")
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from stallwatch.demo import FULL_SCRIPT, SHORT_SCRIPT, DemoInterrupted, DemoOptions, run_demo
-from stallwatch.localstack import LocalStackError
+from stallwatch.localstack.errors import LocalStackError
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
