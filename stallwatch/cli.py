@@ -20,7 +20,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "stallwatch.exporter.check_cli",
     "stallwatch.restarter.cli",
     "stallwatch.simulator.cli",
-    "stallwatch.demo_cli",
+    "stallwatch.demo.cli",
     "stallwatch.replay_cli",
 )
 

@@ -27,7 +27,20 @@ from typing import Any
 
 from aiohttp import web
 
+from stallwatch.simulator.api import (
+    ENGINE_DEAD_MESSAGE,
+    VLLM_VERSION,
+    WORDS,
+    RequestFailed,
+    ResponseMeta,
+    error_response,
+    model_list,
+    parse_generation,
+    respond_stream,
+    respond_whole,
+)
 from stallwatch.simulator.engine import Engine, EngineConfig, SimRequest, TokenEvent
+from stallwatch.simulator.faults import inject, parse_fault, parse_fault_body
 from stallwatch.simulator.metrics import (
     CONTENT_TYPE,
     EngineView,
@@ -37,12 +50,6 @@ from stallwatch.simulator.metrics import (
 )
 
 log = logging.getLogger(__name__)
-
-VLLM_VERSION = "0.32.0"
-RESTART_MESSAGE = "cannot schedule new futures after shutdown"
-ENGINE_DEAD_MESSAGE = "EngineCore encountered an issue. See stack trace (above) for the root cause."
-FAULTS = ("hang", "hang_before_update", "crash", "restart", "slow", "recover")
-_WORDS = ("the", "model", "server", "token", "slot", "queue", "batch", "step", "cache", "prompt")
 
 
 @dataclass(frozen=True)
@@ -75,70 +82,10 @@ class SimConfig:
         )
 
 
-class RequestFailed(Exception):
-    """The engine failed a request in flight; carries vLLM's HTTP status and error type."""
-
-    def __init__(self, status: int, error_type: str, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.error_type = error_type
-        self.message = message
-
-
 @dataclass
 class _InFlight:
     engine_index: int
     events: asyncio.Queue[TokenEvent | RequestFailed] = field(default_factory=asyncio.Queue)
-
-
-def error_response(
-    message: str, error_type: str, status: int, param: str | None = None
-) -> web.Response:
-    """vLLM's `ErrorResponse` body: `{"error": {"message", "type", "param", "code"}}`."""
-    body = {"error": {"message": message, "type": error_type, "param": param, "code": status}}
-    return web.json_response(body, status=status)
-
-
-# The simulator's words (`w3`..`w1023`, or any word) count one token each; vLLM rejects a prompt
-# by its characters first, assuming at most this many characters per token.
-MAX_CHARS_PER_TOKEN = 5
-
-
-def context_overflow(
-    max_model_len: int, max_tokens: int, prompt_tokens: int, *, prompt_chars: int
-) -> tuple[str, str] | None:
-    """vLLM's (0.30 and later) refusal of a request longer than the context, or None.
-
-    It checks the prompt's characters before tokenizing, then tokenizes at most enough of the
-    prompt to know it is too long, so its message gives a lower bound, not the prompt's size.
-    """
-    room = max_model_len - max_tokens
-    head = (
-        f"This model's maximum context length is {max_model_len} tokens. "
-        f"However, you requested {max_tokens} output tokens and your prompt contains "
-    )
-    tail = "Please reduce the length of the input prompt or the number of requested output tokens."
-    upper_chars = max(room, 0) * MAX_CHARS_PER_TOKEN
-    if prompt_chars > upper_chars and prompt_tokens + max_tokens > max_model_len:
-        return (
-            f"{head}{prompt_chars} characters (more than {upper_chars} characters, which is the "
-            f"upper bound for {max(room, 0)} input tokens). {tail} "
-            f"(parameter=input_text, value={prompt_chars})",
-            "input_text",
-        )
-    if prompt_tokens + max_tokens > max_model_len:
-        at_least = max(room, 0) + 1
-        return (
-            f"{head}at least {at_least} input tokens, for a total of at least "
-            f"{at_least + max_tokens} tokens. {tail} (parameter=input_tokens, value={at_least})",
-            "input_tokens",
-        )
-    return None
-
-
-def count_prompt_tokens(text: str) -> int:
-    """The simulator's tokenizer: one token per whitespace-separated word (at least one)."""
-    return max(1, len(text.split()))
 
 
 class SimServer:
@@ -173,11 +120,11 @@ class SimServer:
         self.down_until = 0.0
         self.engines: list[Engine] = []
         self.start_time = 0.0
-        self._boot()
+        self.boot()
 
     # --- lifecycle ----------------------------------------------------------------------
 
-    def _boot(self) -> None:
+    def boot(self) -> None:
         """(Re)create the engines: every counter starts at zero, a new process start time."""
         now = self.clock()
         self.start_time = now
@@ -229,7 +176,7 @@ class SimServer:
         """Stop listening and release everything; safe to call more than once."""
         runner, self._runner, self._site = self._runner, None, None
         # Answer requests in flight first, so shutting down does not wait for them.
-        self._fail_all(RequestFailed(500, "InternalServerError", ENGINE_DEAD_MESSAGE))
+        self.fail_all(RequestFailed(500, "InternalServerError", ENGINE_DEAD_MESSAGE))
         if runner is not None:
             await runner.cleanup()
         for task in list(self._background):
@@ -241,7 +188,7 @@ class SimServer:
         self._ticker = asyncio.create_task(self._tick_forever())
 
     async def _on_cleanup(self, app: web.Application) -> None:
-        self._fail_all(RequestFailed(500, "InternalServerError", ENGINE_DEAD_MESSAGE))
+        self.fail_all(RequestFailed(500, "InternalServerError", ENGINE_DEAD_MESSAGE))
         if self._ticker is not None:
             self._ticker.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -271,12 +218,14 @@ class SimServer:
         for engine_index, request_id in aborts:
             self.engines[engine_index].abort(request_id)
 
-    def _fail_all(self, failure: RequestFailed) -> None:
+    def fail_all(self, failure: RequestFailed) -> None:
+        """Answer every request in flight with `failure`."""
         for in_flight in self._in_flight.values():
             in_flight.events.put_nowait(failure)
         self._in_flight.clear()
 
-    def _spawn(self, coroutine: Any) -> None:
+    def in_background(self, coroutine: Any) -> None:
+        """Run `coroutine` as a task the server cancels when it stops."""
         task: asyncio.Task[None] = asyncio.create_task(coroutine)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
@@ -285,53 +234,18 @@ class SimServer:
 
     def apply_fault(self, fault: str, options: dict[str, Any]) -> str:
         """Apply a fault by name; returns a short description. Raises ValueError if invalid."""
-        now = self.clock()
-        if fault == "hang":
-            self.hung = True
-        elif fault == "hang_before_update":
-            self.hung = True
-            for engine in self.engines:
-                engine.freeze_gauges_at_zero()
-        elif fault == "slow":
-            speed = options.get("tokens_per_second")
-            if not isinstance(speed, int | float) or isinstance(speed, bool) or speed <= 0:
-                raise ValueError("fault 'slow' needs a positive number 'tokens_per_second'")
-            for engine in self.engines:
-                engine.tokens_per_second = float(speed)
-        elif fault == "recover":
-            self.hung = False
-            for engine in self.engines:
-                engine.tokens_per_second = self.config.tokens_per_second
-                engine.next_step_at = now
-            self.fault = None
-            return "recovered"
-        elif fault == "crash":
-            self.dead = True
-            self._fail_all(RequestFailed(500, "InternalServerError", ENGINE_DEAD_MESSAGE))
-            self._spawn(self._crash())
-        elif fault == "restart":
-            downtime = options.get("downtime_seconds", 0)
-            if not isinstance(downtime, int | float) or isinstance(downtime, bool) or downtime < 0:
-                raise ValueError("'downtime_seconds' must be a number >= 0")
-            self._fail_all(RequestFailed(500, "InternalServerError", RESTART_MESSAGE))
-            self._boot()
-            if downtime > 0:
-                self.down_until = now + float(downtime)
-                self._spawn(self._close_port_for(float(downtime)))
-            return "restarted"
-        else:
-            raise ValueError(f"unknown fault {fault!r}; known faults: {', '.join(FAULTS)}")
-        self.fault = fault
-        return fault
+        return inject(self, parse_fault(fault, options))
 
-    async def _crash(self) -> None:
+    async def close_socket(self) -> None:
+        """Stop listening for good, as a crashed process does, and set `crashed`."""
         await asyncio.sleep(0.05)  # let the fault request and failed requests be answered
         runner, self._runner, self._site = self._runner, None, None
         if runner is not None:
             await runner.cleanup()
         self.crashed.set()
 
-    async def _close_port_for(self, seconds: float) -> None:
+    async def close_port_for(self, seconds: float) -> None:
+        """Stop listening for `seconds`, as a process that restarts does, then listen again."""
         await asyncio.sleep(0.05)
         if self._site is None or self._runner is None:
             return  # not our socket: /health answers 503 until the downtime ends
@@ -386,33 +300,8 @@ class SimServer:
         return render_payload(views, options)
 
     async def handle_models(self, request: web.Request) -> web.Response:
-        created = int(self.clock())
-        card = {
-            "id": self.config.model,
-            "object": "model",
-            "created": created,
-            "owned_by": "vllm",
-            "root": self.config.model,
-            "parent": None,
-            "max_model_len": self.config.max_model_len,
-            "permission": [
-                {
-                    "id": f"modelperm-{uuid.uuid4().hex}",
-                    "object": "model_permission",
-                    "created": created,
-                    "allow_create_engine": False,
-                    "allow_sampling": True,
-                    "allow_logprobs": True,
-                    "allow_search_indices": False,
-                    "allow_view": True,
-                    "allow_fine_tuning": False,
-                    "organization": "*",
-                    "group": None,
-                    "is_blocking": False,
-                }
-            ],
-        }
-        return web.json_response({"object": "list", "data": [card]})
+        body = model_list(self.config.model, self.config.max_model_len, int(self.clock()))
+        return web.json_response(body)
 
     async def handle_version(self, request: web.Request) -> web.Response:
         return web.json_response({"version": VLLM_VERSION})
@@ -446,12 +335,8 @@ class SimServer:
             body = await request.json()
         except (json.JSONDecodeError, UnicodeDecodeError):
             return error_response("body must be JSON", "BadRequestError", 400)
-        if not isinstance(body, dict) or not isinstance(body.get("fault"), str):
-            return error_response(
-                'body must be a JSON object with a string "fault"', "BadRequestError", 400, "fault"
-            )
         try:
-            result = self.apply_fault(body["fault"], body)
+            result = inject(self, parse_fault_body(body))
         except ValueError as error:
             return error_response(str(error), "BadRequestError", 400, "fault")
         log.info("fault applied: %s", result)
@@ -490,10 +375,11 @@ class SimServer:
             return error_response(f"Invalid JSON body: {error}", "BadRequestError", 400)
         if not isinstance(body, dict):
             return error_response("Request body must be a JSON object", "BadRequestError", 400)
-        parsed = self._parse_generation(body, chat)
-        if isinstance(parsed, web.Response):
-            return parsed
-        prompt_tokens, max_tokens, ignore_eos, stream, include_usage = parsed
+        generation = parse_generation(
+            body, chat, model=self.config.model, max_model_len=self.config.max_model_len
+        )
+        if isinstance(generation, web.Response):
+            return generation
         if self._unavailable():
             return error_response(ENGINE_DEAD_MESSAGE, "InternalServerError", 500)
         if any(engine.sleep_level for engine in self.engines):
@@ -512,68 +398,31 @@ class SimServer:
         self._in_flight[request_id] = in_flight
         now = self.clock()
         self.engines[engine_index].submit(
-            SimRequest(request_id, prompt_tokens, max_tokens, ignore_eos, now), now
+            SimRequest(
+                request_id,
+                generation.prompt_tokens,
+                generation.max_tokens,
+                generation.ignore_eos,
+                now,
+            ),
+            now,
         )
-        meta = _ResponseMeta(request_id, int(now), self.config.model, chat, prompt_tokens)
+        meta = ResponseMeta(request_id, int(now), self.config.model, chat, generation.prompt_tokens)
+        events = self._events(in_flight)
         try:
-            if stream:
-                return await self._stream(request, meta, in_flight, include_usage)
-            return await self._collect(meta, in_flight)
+            if generation.stream:
+                return await respond_stream(
+                    request, meta, events, self._words, generation.include_usage
+                )
+            return await respond_whole(meta, events, self._words)
         finally:
             # Still in flight: the client went away (the handler was cancelled or a write
             # failed). The engine core drops the request on its next tick.
             if self._in_flight.pop(request_id, None) is not None:
                 self._pending_aborts.append((engine_index, request_id))
 
-    def _parse_generation(
-        self, body: dict[str, Any], chat: bool
-    ) -> tuple[int, int, bool, bool, bool] | web.Response:
-        model = body.get("model", self.config.model)
-        if model != self.config.model:
-            return error_response(
-                f"The model `{model}` does not exist.", "NotFoundError", 404, "model"
-            )
-        if chat:
-            messages = body.get("messages")
-            if not isinstance(messages, list) or not messages:
-                return error_response(
-                    "messages must be a non-empty list", "BadRequestError", 400, "messages"
-                )
-            text = " ".join(str(m.get("content", "")) for m in messages if isinstance(m, dict))
-        else:
-            prompt = body.get("prompt")
-            if isinstance(prompt, list) and all(isinstance(p, str) for p in prompt):
-                prompt = " ".join(prompt)
-            if not isinstance(prompt, str):
-                return error_response("prompt must be a string", "BadRequestError", 400, "prompt")
-            text = prompt
-        prompt_tokens = count_prompt_tokens(text)
-        default_max = 16 if not chat else self.config.max_model_len - prompt_tokens
-        max_tokens = body.get("max_completion_tokens", body.get("max_tokens", default_max))
-        if max_tokens is None:
-            max_tokens = default_max
-        if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
-            return error_response(
-                f"max_tokens must be at least 1, got {max_tokens}.",
-                "BadRequestError",
-                400,
-                "max_tokens",
-            )
-        overflow = context_overflow(
-            self.config.max_model_len, max_tokens, prompt_tokens, prompt_chars=len(text)
-        )
-        if overflow is not None:
-            message, param = overflow
-            return error_response(message, "BadRequestError", 400, param)
-        stream = bool(body.get("stream", False))
-        stream_options = body.get("stream_options")
-        include_usage = isinstance(stream_options, dict) and bool(
-            stream_options.get("include_usage")
-        )
-        return prompt_tokens, max_tokens, bool(body.get("ignore_eos", False)), stream, include_usage
-
     def _words(self, count: int) -> str:
-        return "".join(" " + self._rng.choice(_WORDS) for _ in range(count))
+        return "".join(" " + self._rng.choice(WORDS) for _ in range(count))
 
     async def _events(self, in_flight: _InFlight) -> AsyncIterator[TokenEvent]:
         while True:
@@ -583,143 +432,6 @@ class SimServer:
             yield event
             if event.finish_reason is not None:
                 return
-
-    async def _collect(self, meta: _ResponseMeta, in_flight: _InFlight) -> web.Response:
-        generated = 0
-        finish_reason = "length"
-        try:
-            async for event in self._events(in_flight):
-                generated += event.new_tokens
-                if event.finish_reason is not None:
-                    finish_reason = event.finish_reason
-        except RequestFailed as failure:
-            return error_response(failure.message, failure.error_type, failure.status)
-        text = self._words(generated)
-        return web.json_response(meta.full_response(text, finish_reason, generated))
-
-    async def _stream(
-        self,
-        request: web.Request,
-        meta: _ResponseMeta,
-        in_flight: _InFlight,
-        include_usage: bool,
-    ) -> web.StreamResponse:
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8"})
-        await response.prepare(request)
-
-        async def send(payload: dict[str, Any]) -> None:
-            await response.write(f"data: {json.dumps(payload)}\n\n".encode())
-
-        generated = 0
-        if meta.chat:
-            await send(meta.chunk({"role": "assistant", "content": ""}, None))
-        try:
-            async for event in self._events(in_flight):
-                generated += event.new_tokens
-                await send(meta.chunk(self._words(event.new_tokens), event.finish_reason))
-        except RequestFailed as failure:
-            error = {
-                "message": failure.message,
-                "type": failure.error_type,
-                "param": None,
-                "code": failure.status,
-            }
-            await send({"error": error})
-        else:
-            if include_usage:
-                await send(meta.usage_chunk(generated))
-        await response.write(b"data: [DONE]\n\n")
-        await response.write_eof()
-        return response
-
-
-@dataclass(frozen=True)
-class _ResponseMeta:
-    request_id: str
-    created: int
-    model: str
-    chat: bool
-    prompt_tokens: int
-
-    def usage(self, generated: int) -> dict[str, Any]:
-        return {
-            "prompt_tokens": self.prompt_tokens,
-            "total_tokens": self.prompt_tokens + generated,
-            "completion_tokens": generated,
-            "prompt_tokens_details": None,
-        }
-
-    def full_response(self, text: str, finish_reason: str, generated: int) -> dict[str, Any]:
-        choice: dict[str, Any]
-        if self.chat:
-            choice = {
-                "index": 0,
-                "message": {
-                    "role": "assistant",
-                    "content": text,
-                    "refusal": None,
-                    "annotations": None,
-                    "audio": None,
-                    "function_call": None,
-                    "tool_calls": [],
-                    "reasoning_content": None,
-                },
-                "logprobs": None,
-                "finish_reason": finish_reason,
-                "stop_reason": None,
-            }
-        else:
-            choice = {
-                "index": 0,
-                "text": text,
-                "logprobs": None,
-                "finish_reason": finish_reason,
-                "stop_reason": None,
-                "prompt_logprobs": None,
-            }
-        return {
-            "id": self.request_id,
-            "object": "chat.completion" if self.chat else "text_completion",
-            "created": self.created,
-            "model": self.model,
-            "choices": [choice],
-            "service_tier": None,
-            "system_fingerprint": None,
-            "usage": self.usage(generated),
-            "prompt_logprobs": None,
-            "kv_transfer_params": None,
-        }
-
-    def chunk(self, content: str | dict[str, str], finish_reason: str | None) -> dict[str, Any]:
-        choice: dict[str, Any]
-        if self.chat:
-            delta = content if isinstance(content, dict) else {"content": content}
-            choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
-        else:
-            choice = {
-                "index": 0,
-                "text": content,
-                "logprobs": None,
-                "finish_reason": finish_reason,
-                "stop_reason": None,
-            }
-        return {
-            "id": self.request_id,
-            "object": "chat.completion.chunk" if self.chat else "text_completion",
-            "created": self.created,
-            "model": self.model,
-            "choices": [choice],
-        }
-
-    def usage_chunk(self, generated: int) -> dict[str, Any]:
-        return {
-            "id": self.request_id,
-            "object": "chat.completion.chunk" if self.chat else "text_completion",
-            "created": self.created,
-            "model": self.model,
-            "choices": [],
-            "usage": self.usage(generated),
-        }
 
 
 SIM_SERVER_KEY = web.AppKey("sim_server", SimServer)

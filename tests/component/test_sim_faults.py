@@ -8,7 +8,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from stallwatch.simulator.server import RESTART_MESSAGE
+from stallwatch.simulator.faults import RESTART_MESSAGE
 from stallwatch.simulator.testing import SimHandle, engine_sample, read_metrics, running_simulator
 
 TIMEOUT = aiohttp.ClientTimeout(total=10)

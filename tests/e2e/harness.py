@@ -1,10 +1,11 @@
 """Real Prometheus and Alertmanager on loopback, running stallwatch's own rules and routing.
 
-The stack is `stallwatch.localstack.LocalStack`, which owns the config rewrite (only timing and
-addresses change: 1 s scrape and evaluation, LLMServerDown `for:` 3s, StallwatchExporterDown
-2s, group_wait 0s / group_interval 1s) and the two processes. This module adds what only the
-tests need. One `AlertingStack` per test session (Prometheus needs about 5 s to discover its
-targets, so tests change what an existing target serves instead of adding targets):
+The stack is `stallwatch.localstack.stack.LocalStack`, which owns the config rewrite (only
+timing and addresses change: 1 s scrape and evaluation, LLMServerDown `for:` 3s,
+StallwatchExporterDown 2s, group_wait 0s / group_interval 1s) and the two processes. This
+module adds what only the tests need. One `AlertingStack` per test session (Prometheus needs
+about 5 s to discover its targets, so tests change what an existing target serves instead of
+adding targets):
 
 - Prometheus scrapes job `stallwatch-exporter` at 127.0.0.1:`exporter_port` and job
   `stallwatch-restarter` at 127.0.0.1:`restarter_port`. Nothing listens there until a test
@@ -29,15 +30,10 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
-from stallwatch.localstack import (
-    HTTP_TIMEOUT_SECONDS,
-    LocalStack,
-    MissingBinaryError,
-    ProjectFiles,
-    ScrapeTargets,
-    Webhook,
-    free_port,
-)
+from stallwatch.localstack.errors import MissingBinaryError
+from stallwatch.localstack.processes import HTTP_TIMEOUT_SECONDS, free_port
+from stallwatch.localstack.rewrite import ProjectFiles, ScrapeTargets, Webhook
+from stallwatch.localstack.stack import LocalStack
 
 __all__ = [
     "HTTP_TIMEOUT_SECONDS",

@@ -12,8 +12,6 @@ from typing import Any
 
 import pytest
 
-from stallwatch.demo import TargetView, parse_exporter_metrics, probes_while_busy
-
 REPO = Path(__file__).resolve().parents[2]
 DEMO_TIMEOUT_SECONDS = 240
 
@@ -112,42 +110,3 @@ def test_demo_leaves_nothing_running(demo_run: tuple[int, str, dict[str, Any]]) 
     ), output
     alive = [entry for entry in processes if running_with_argv(entry["pid"], entry["argv"])]
     assert alive == []
-
-
-def test_probes_while_busy_counts_only_polls_with_work() -> None:
-    """A test request counts against the server only when the poll that sent it read work."""
-    idle = TargetView(state="idle", polls=10, probes=3)
-    assert probes_while_busy(idle, TargetView(state="idle", polls=11, probes=4)) == (1, 0)
-    assert probes_while_busy(idle, TargetView(state="busy", polls=11, probes=4)) == (1, 1)
-    # Two polls between reads: idle then busy may hide an idle poll that sent it.
-    assert probes_while_busy(idle, TargetView(state="busy", polls=12, probes=4)) == (1, 0)
-    busy = TargetView(state="busy", polls=10, probes=3)
-    assert probes_while_busy(busy, TargetView(state="stalled", polls=12, probes=5)) == (2, 2)
-    assert probes_while_busy(busy, TargetView(state="busy", polls=11, probes=3)) == (0, 0)
-
-
-def test_parse_exporter_metrics_reads_the_state_set() -> None:
-    """The demo reads the current state and the counters per target from exporter /metrics."""
-    text = "\n".join(
-        [
-            "# TYPE stallwatch_target_state gauge",
-            *(
-                f'stallwatch_target_state{{target="gpu-a",state="{state}"}} '
-                f"{1 if state == 'busy' else 0}"
-                for state in ("down", "busy", "stalled", "idle")
-            ),
-            "# TYPE stallwatch_probe_requests counter",
-            'stallwatch_probe_requests_total{target="gpu-a"} 7',
-            "# TYPE stallwatch_polls counter",
-            'stallwatch_polls_total{target="gpu-a"} 42',
-            "# TYPE stallwatch_target_up gauge",
-            'stallwatch_target_up{target="gpu-a"} 1',
-            "# TYPE stallwatch_requests_running gauge",
-            'stallwatch_requests_running{target="gpu-a"} 4',
-            "# TYPE stallwatch_build_info gauge",
-            'stallwatch_build_info{version="0.1.0"} 1',
-            "",
-        ]
-    )
-    views = parse_exporter_metrics(text)
-    assert views == {"gpu-a": TargetView(state="busy", polls=42, probes=7, up=True, running=4.0)}

@@ -18,10 +18,10 @@ import pytest
 import yaml
 from aiohttp import web
 
-from stallwatch.localstack import (
+from stallwatch.localstack.errors import LocalStackError
+from stallwatch.localstack.rewrite import (
     DEFAULT_ALERT_FOR,
     DEFAULT_ROUTE_TIMERS,
-    LocalStackError,
     rewrite_alertmanager_config,
     rewrite_prometheus_config,
     rewrite_rule_files,

@@ -33,7 +33,10 @@ from stallwatch.core.classify import State
 from stallwatch.exporter.app import running_exporter
 from stallwatch.exporter.config import ExporterConfig
 from stallwatch.exporter.service import ExporterService
-from stallwatch.localstack import LocalStack, MissingBinaryError, ScrapeTargets, Webhook, free_port
+from stallwatch.localstack.errors import MissingBinaryError
+from stallwatch.localstack.processes import free_port
+from stallwatch.localstack.rewrite import ScrapeTargets, Webhook
+from stallwatch.localstack.stack import LocalStack
 from tests.component.exporter_support import history, wait_for_state, wait_until
 from tests.e2e.pipeline_support import Restarter, restarter_process
 from tests.real.scenario_support import (

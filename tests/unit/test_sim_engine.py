@@ -112,7 +112,7 @@ def test_bucket_rule_matches_vllm() -> None:
 
 def test_context_overflow_messages_follow_vllm() -> None:
     """Too-long requests are refused like vLLM: by characters first, else with a token bound."""
-    from stallwatch.simulator.server import context_overflow
+    from stallwatch.simulator.api import context_overflow
 
     assert context_overflow(32, 8, 24, prompt_chars=100) is None
     by_chars = context_overflow(32768, 100, 40_000, prompt_chars=196_775)

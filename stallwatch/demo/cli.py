@@ -1,4 +1,8 @@
-"""`stallwatch demo`: run the whole pipeline locally and play the incident stallwatch is for."""
+"""`stallwatch demo`: run the whole pipeline locally and play the incident stallwatch is for.
+
+`stallwatch demo restart-helper` is the demo restarter's `command` action (see
+`stallwatch.demo.supervisor`); it is run by the restarter, not by hand.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +12,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from stallwatch.demo import FULL_SCRIPT, SHORT_SCRIPT, DemoInterrupted, DemoOptions, run_demo
-from stallwatch.localstack import LocalStackError
+from stallwatch.demo.errors import DemoInterrupted
+from stallwatch.demo.run import DemoOptions, run_demo
+from stallwatch.demo.script import FULL_SCRIPT, SHORT_SCRIPT
+from stallwatch.demo.supervisor import ask_supervisor_to_restart
+from stallwatch.localstack.errors import LocalStackError
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
@@ -46,6 +53,26 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         help="color the timeline (default: auto, when stdout is a terminal and NO_COLOR unset)",
     )
     parser.set_defaults(handler=run)
+    commands = parser.add_subparsers(
+        dest="demo_command",
+        metavar="[COMMAND]",
+        title="commands",
+        description="without a command, run the demo",
+    )
+    helper = commands.add_parser(
+        "restart-helper",
+        help="the demo restarter's command action (run by the restarter, not by hand)",
+        description=(
+            "Ask the demo's supervisor at SUPERVISOR_URL to restart the simulated server named "
+            "in $STALLWATCH_TARGET (the restarter sets it for its command action), with the "
+            "bearer token read from TOKEN_FILE. Prints the supervisor's answer once the new "
+            "process is listening. Exit code 0 on success, 1 when the supervisor refused or "
+            "could not be reached, 2 when STALLWATCH_TARGET is not set."
+        ),
+    )
+    helper.add_argument("supervisor_url", metavar="SUPERVISOR_URL")
+    helper.add_argument("token_file", type=Path, metavar="TOKEN_FILE")
+    helper.set_defaults(handler=run_restart_helper)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -69,3 +96,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"stallwatch demo: {error}", file=sys.stderr)
         return 1
     return 0 if report.ok else 1
+
+
+def run_restart_helper(args: argparse.Namespace) -> int:
+    return ask_supervisor_to_restart(args.supervisor_url, args.token_file)

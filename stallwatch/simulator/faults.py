@@ -1,0 +1,89 @@
+"""The faults the simulator injects on request (`POST /sim/fault`): the checks and what each does.
+
+`hang` stops the engine core (no steps, no aborts; /health still 200, /metrics frozen);
+`hang_before_update` also leaves the running and waiting gauges at zero; `slow` lowers the
+engines' speed; `recover` undoes those three; `crash` fails every request and closes the
+socket; `restart` fails every request and starts every counter over, optionally with the port
+closed for `downtime_seconds`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from stallwatch.simulator.api import ENGINE_DEAD_MESSAGE, RequestFailed
+
+if TYPE_CHECKING:
+    from stallwatch.simulator.server import SimServer
+
+FAULTS = ("hang", "hang_before_update", "crash", "restart", "slow", "recover")
+RESTART_MESSAGE = "cannot schedule new futures after shutdown"
+
+
+@dataclass(frozen=True)
+class Fault:
+    """A checked fault request: its name and the option it needs, if any."""
+
+    name: str
+    tokens_per_second: float = 0.0  # `slow`
+    downtime_seconds: float = 0.0  # `restart`
+
+
+def parse_fault(name: str, options: Mapping[str, Any]) -> Fault:
+    """The fault named `name` with its options; ValueError names a bad fault or option."""
+    if name == "slow":
+        speed = options.get("tokens_per_second")
+        if not isinstance(speed, int | float) or isinstance(speed, bool) or speed <= 0:
+            raise ValueError("fault 'slow' needs a positive number 'tokens_per_second'")
+        return Fault(name, tokens_per_second=float(speed))
+    if name == "restart":
+        downtime = options.get("downtime_seconds", 0)
+        if not isinstance(downtime, int | float) or isinstance(downtime, bool) or downtime < 0:
+            raise ValueError("'downtime_seconds' must be a number >= 0")
+        return Fault(name, downtime_seconds=float(downtime))
+    if name not in FAULTS:
+        raise ValueError(f"unknown fault {name!r}; known faults: {', '.join(FAULTS)}")
+    return Fault(name)
+
+
+def parse_fault_body(body: object) -> Fault:
+    """The fault a `POST /sim/fault` JSON body asks for; ValueError says what is wrong with it."""
+    if not isinstance(body, dict) or not isinstance(body.get("fault"), str):
+        raise ValueError('body must be a JSON object with a string "fault"')
+    return parse_fault(body["fault"], body)
+
+
+def inject(server: SimServer, fault: Fault) -> str:
+    """Do what `fault` does to `server`; returns a short description."""
+    now = server.clock()
+    if fault.name == "hang":
+        server.hung = True
+    elif fault.name == "hang_before_update":
+        server.hung = True
+        for engine in server.engines:
+            engine.freeze_gauges_at_zero()
+    elif fault.name == "slow":
+        for engine in server.engines:
+            engine.tokens_per_second = fault.tokens_per_second
+    elif fault.name == "recover":
+        server.hung = False
+        for engine in server.engines:
+            engine.tokens_per_second = server.config.tokens_per_second
+            engine.next_step_at = now
+        server.fault = None
+        return "recovered"
+    elif fault.name == "crash":
+        server.dead = True
+        server.fail_all(RequestFailed(500, "InternalServerError", ENGINE_DEAD_MESSAGE))
+        server.in_background(server.close_socket())
+    elif fault.name == "restart":
+        server.fail_all(RequestFailed(500, "InternalServerError", RESTART_MESSAGE))
+        server.boot()
+        if fault.downtime_seconds > 0:
+            server.down_until = now + fault.downtime_seconds
+            server.in_background(server.close_port_for(fault.downtime_seconds))
+        return "restarted"
+    server.fault = fault.name
+    return fault.name
