@@ -62,9 +62,6 @@ class ExporterConfig:
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
     source: str = "<defaults>"
 
-    def target(self, name: str) -> TargetConfig | None:
-        return next((t for t in self.targets if t.name == name), None)
-
 
 def _probe(section: Section, defaults: ProbeConfig) -> ProbeConfig:
     return ProbeConfig(

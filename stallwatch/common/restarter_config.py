@@ -31,8 +31,6 @@ _GAP_WHY = (
 )
 HTTP_METHODS: tuple[str, ...] = ("POST", "PUT", "GET", "DELETE", "PATCH")
 
-ActionKind = Literal["command", "docker", "systemd", "http"]
-
 
 @dataclass(frozen=True)
 class CommandAction:
