@@ -18,9 +18,9 @@ from pathlib import Path
 import aiohttp
 
 from benchmarks.common import REPO, Section, fmt_seconds, median
+from stallwatch.common.exporter_config import ExporterConfig, ProbeConfig, TargetConfig
 from stallwatch.core.classify import State
 from stallwatch.exporter.app import running_exporter
-from stallwatch.exporter.config import ExporterConfig, ProbeConfig, TargetConfig
 from stallwatch.simulator.load import run_load
 from stallwatch.simulator.testing import running_simulator
 from tests.e2e.harness import AlertingStack

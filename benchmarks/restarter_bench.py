@@ -19,8 +19,8 @@ import aiohttp
 from aiohttp import web
 
 from benchmarks.common import Section, fmt_seconds, percentile
+from stallwatch.common.restarter_config import HttpAction, RestarterConfig, Target
 from stallwatch.core.confirmation import Confirmation
-from stallwatch.restarter.config import HttpAction, RestarterConfig, Target
 from stallwatch.restarter.server import RESTARTER_KEY, build_app
 
 TOKEN = "benchmark-token"

@@ -21,7 +21,7 @@ import aiohttp
 
 from benchmarks.common import REAL_METRICS, VLLM_PAYLOAD, Section, fmt_seconds, real_payload
 from stallwatch import USER_AGENT
-from stallwatch.exporter.config import ExporterConfig, ProbeConfig, TargetConfig
+from stallwatch.common.exporter_config import ExporterConfig, ProbeConfig, TargetConfig
 from stallwatch.exporter.service import ExporterService
 
 SHIPPED_INTERVAL = 15.0

@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from stallwatch import __version__
+from stallwatch.common.cli import UsageErrorParser
 
 # Order is the order shown in --help.
 SUBCOMMAND_MODULES: tuple[str, ...] = (
@@ -26,7 +27,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = UsageErrorParser(
         prog="stallwatch",
         description=(
             "Keep LLM model servers up without using what the health check guards: "
@@ -35,7 +36,9 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     parser.add_argument("--version", action="version", version=f"stallwatch {__version__}")
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    subparsers = parser.add_subparsers(
+        dest="command", metavar="COMMAND", required=True, parser_class=UsageErrorParser
+    )
     for module_name in SUBCOMMAND_MODULES:
         try:
             module = importlib.import_module(module_name)

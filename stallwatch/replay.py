@@ -27,19 +27,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from stallwatch.core.alerts import Alert
-from stallwatch.core.classify import State, Verdict, classify, down, with_probe_result
-from stallwatch.core.confirmation import Confirmation, judge_confirmation
-from stallwatch.core.history import PollOutcome, TargetHistory
-from stallwatch.core.policy import History, PastDecision, PastRestart, decide, with_confirmation
-from stallwatch.core.reading import EngineSample, Reading
-from stallwatch.restarter.config import (
+from stallwatch.common.restarter_config import (
     Budget,
     CommandAction,
     ConfirmSettings,
     RestarterConfig,
     Target,
 )
+from stallwatch.core.alerts import Alert
+from stallwatch.core.classify import State, Verdict, classify, down, with_probe_result
+from stallwatch.core.confirmation import Confirmation, judge_confirmation
+from stallwatch.core.history import PollOutcome, TargetHistory
+from stallwatch.core.policy import History, PastDecision, PastRestart, decide, with_confirmation
+from stallwatch.core.reading import EngineSample, Reading
 from stallwatch.simulator.engine import Engine, EngineConfig, SimRequest, TokenEvent
 from stallwatch.simulator.metrics import load_families
 

@@ -1,34 +1,37 @@
-"""Helpers for strict YAML config: every error names the file and the field."""
+"""The config dialect both components share: one error, one duration grammar, one strict reader.
+
+Every error is a `ConfigError` that names the file and the field (a dotted path such as
+`targets[1].url`). Durations are Prometheus durations (`30s`, `1h30m`, `500ms`), whole numbers
+only. Nothing here reads YAML: the schemas build from plain mappings, so importing them loads
+no parser.
+"""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-from pathlib import Path
-from typing import Any
+from collections.abc import Collection, Mapping
+from urllib.parse import urlsplit
 
-import yaml
-
-_DECIMAL_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
-# Prometheus' own format: whole numbers only, weeks allowed.
-_PROMETHEUS_DURATION_PART = re.compile(r"(\d+)(ms|s|m|h|d|w)")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
-
-
-def _duration_seconds(text: str, part: re.Pattern[str]) -> float | None:
-    """The sum of `text`'s consecutive number-unit parts, or None unless they cover it all."""
-    position = 0
-    seconds = 0.0
-    for match in part.finditer(text):
-        if match.start() != position:
-            break
-        seconds += float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
-        position = match.end()
-    return seconds if position == len(text) and position > 0 else None
+DURATION_HINT = "expected a duration like 15s, 10m or 1h"
+# Prometheus' own grammar (model.ParseDuration): units in this order, each at most once.
+_PROMETHEUS_DURATION = re.compile(
+    r"^(?:(\d+)y)?(?:(\d+)w)?(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?(?:(\d+)ms)?$"
+)
+_UNIT_MILLISECONDS = (
+    365 * 86_400_000,
+    7 * 86_400_000,
+    86_400_000,
+    3_600_000,
+    60_000,
+    1_000,
+    1,
+)
+# Prometheus keeps durations in an int64 of milliseconds; longer ones are out of range there.
+_MAX_MILLISECONDS = 2**63 - 1
 
 
 class ConfigError(ValueError):
-    """A config file that cannot be used, with the file and the field at fault."""
+    """A config that cannot be used, with the file and the field at fault."""
 
     def __init__(self, source: str, field: str, message: str) -> None:
         self.source = source
@@ -39,60 +42,70 @@ class ConfigError(ValueError):
 
 
 def parse_duration(value: object) -> float:
-    """Seconds from `15s`, `1m30s`, `2h`, `500ms`, or a plain number of seconds."""
-    if isinstance(value, bool):
-        raise ValueError("expected a duration like 15s, 10m or 1h")
-    if isinstance(value, int | float):
-        seconds = float(value)
-    elif isinstance(value, str) and value.strip():
-        parsed = _duration_seconds(value.strip(), _DECIMAL_DURATION_PART)
-        if parsed is None:
-            raise ValueError(f"expected a duration like 15s, 10m or 1h, got {value!r}")
-        seconds = parsed
-    else:
-        raise ValueError(f"expected a duration like 15s, 10m or 1h, got {value!r}")
-    if seconds < 0:
-        raise ValueError("a duration cannot be negative")
-    return seconds
+    """Seconds in a Prometheus duration (`30s`, `10m`, `1h30m`, `200ms`, `0`); finite, >= 0."""
+    if not isinstance(value, str):
+        raise ValueError(f"{DURATION_HINT}, got {value!r}")
+    match = _PROMETHEUS_DURATION.match(value)
+    if value == "0":
+        return 0.0
+    if not value or match is None:
+        raise ValueError(f"{DURATION_HINT}, got {value!r}")
+    milliseconds = sum(
+        int(count) * unit
+        for count, unit in zip(match.groups(), _UNIT_MILLISECONDS, strict=True)
+        if count is not None
+    )
+    if milliseconds > _MAX_MILLISECONDS:
+        raise ValueError(f"duration out of range: {value!r}")
+    return milliseconds / 1000
 
 
-def parse_prometheus_duration(text: str) -> float:
-    """Seconds in a Prometheus-style duration such as `30s`, `10m`, `1h30m` or `200ms`."""
-    if not text:
-        raise ValueError("empty duration")
-    seconds = _duration_seconds(text, _PROMETHEUS_DURATION_PART)
-    if seconds is None:
-        raise ValueError(f"not a duration: {text!r}")
-    return seconds
+def parse_listen(value: str) -> tuple[str, int]:
+    """`host:port`, `[v6]:port`, or `:port` (all interfaces) into a host and a port."""
+    host, separator, port_text = value.rpartition(":")
+    if not separator or not port_text.isdigit() or int(port_text) > 65535:
+        raise ValueError(f"expected host:port, e.g. 127.0.0.1:9732, got {value!r}")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host:
+        raise ValueError(f"write an IPv6 address in brackets, e.g. [::1]:9732, got {value!r}")
+    return host or "0.0.0.0", int(port_text)
 
 
-def load_yaml_mapping(path: Path) -> dict[str, Any]:
-    source = str(path)
+def check_url(value: str) -> str:
+    """Why `value` is not an http(s) URL a client can connect to, or "" if it is one."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as error:
-        raise ConfigError(source, "", f"cannot read: {error.strerror or error}") from error
+        parts = urlsplit(value)
+    except ValueError as error:
+        return f"not a valid URL ({error}): {value!r}"
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return f"expected an http:// or https:// URL with a host, got {value!r}"
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        raise ConfigError(source, "", f"not valid YAML: {error}") from error
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise ConfigError(source, "", "expected a mapping at the top level")
-    return data
+        port = parts.port
+    except ValueError:
+        port = 0
+    if port == 0:
+        return f"the port must be a number from 1 to 65535, got {value!r}"
+    return ""
 
 
 class Section:
-    """One mapping in a config file, read field by field; leftover keys are errors."""
+    """One mapping of a config file, read field by field; keys it does not know are errors."""
 
-    def __init__(self, source: str, path: str, data: object) -> None:
-        if not isinstance(data, Mapping):
-            raise ConfigError(source, path or "(top level)", "expected a mapping")
+    def __init__(self, source: str, path: str, data: object, keys: Collection[str]) -> None:
         self.source = source
         self.path = path
-        self._data = dict(data)
-        self._seen: set[str] = set()
+        if not isinstance(data, Mapping):
+            raise ConfigError(
+                source, path or "(top level)", f"expected a mapping, got {_kind(data)}"
+            )
+        for key in data:
+            if not isinstance(key, str):
+                raise ConfigError(source, path or "(top level)", f"key {key!r} is not a string")
+            if key not in keys:
+                known = ", ".join(sorted(keys))
+                raise self.error(key, f"unknown key (known keys: {known})")
+        self._data: Mapping[str, object] = data
 
     def field_name(self, key: str) -> str:
         return f"{self.path}.{key}" if self.path else key
@@ -101,17 +114,17 @@ class Section:
         return ConfigError(self.source, self.field_name(key), message)
 
     def has(self, key: str) -> bool:
-        return key in self._data
+        return self._data.get(key) is not None
 
     def raw(self, key: str, default: object = None) -> object:
-        self._seen.add(key)
-        return self._data.get(key, default)
+        value = self._data.get(key)
+        return default if value is None else value
 
     def required(self, key: str) -> object:
-        self._seen.add(key)
-        if key not in self._data or self._data[key] is None:
+        value = self._data.get(key)
+        if value is None:
             raise self.error(key, "is required")
-        return self._data[key]
+        return value
 
     def string(self, key: str, default: str | None = None, *, required: bool = False) -> str:
         value = self.required(key) if required else self.raw(key, default)
@@ -120,12 +133,13 @@ class Section:
         return value
 
     def optional_string(self, key: str) -> str | None:
-        value = self.raw(key)
-        if value is None:
-            return None
-        if not isinstance(value, str) or not value:
-            raise self.error(key, f"expected a non-empty string, got {value!r}")
-        return value
+        return self.string(key) if self.has(key) else None
+
+    def string_list(self, key: str, default: tuple[str, ...]) -> tuple[str, ...]:
+        value = self.raw(key, list(default))
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            raise self.error(key, f"expected a list of non-empty strings, got {value!r}")
+        return tuple(value)
 
     def boolean(self, key: str, default: bool) -> bool:
         value = self.raw(key, default)
@@ -139,44 +153,67 @@ class Section:
             raise self.error(key, f"expected an integer >= {minimum}, got {value!r}")
         return value
 
-    def duration(self, key: str, default: float, *, minimum: float = 0.0) -> float:
-        value = self.raw(key, default)
+    def duration(
+        self, key: str, default: float, *, minimum: float = 0.0, zero: bool = False, why: str = ""
+    ) -> float:
+        """A duration above zero (or zero, where `zero` says it means something), >= `minimum`.
+
+        `default` is in seconds and applies when the key is absent.
+        """
+        if not self.has(key):
+            return default
+        value = self._data[key]
         try:
             seconds = parse_duration(value)
         except ValueError as error:
-            raise self.error(key, str(error)) from error
+            raise self.error(key, str(error)) from None
         if seconds < minimum:
-            raise self.error(key, f"must be at least {minimum:g} s")
+            raise self.error(key, f"must be at least {_format_seconds(minimum)}{why}, got {value}")
+        if seconds == 0 and not zero:
+            raise self.error(key, f"must be longer than zero, got {value}")
         return seconds
 
     def choice(self, key: str, default: str, choices: tuple[str, ...]) -> str:
         value = self.raw(key, default)
-        if value not in choices:
+        if not isinstance(value, str) or value not in choices:
             raise self.error(key, f"expected one of {', '.join(choices)}, got {value!r}")
-        assert isinstance(value, str)
         return value
 
     def string_map(self, key: str) -> dict[str, str]:
-        value = self.raw(key, {}) or {}
+        value = self.raw(key, {})
         if not isinstance(value, Mapping) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in value.items()
         ):
             raise self.error(key, "expected a mapping of strings to strings")
         return dict(value)
 
-    def section(self, key: str) -> Section:
-        return Section(self.source, self.field_name(key), self.raw(key, {}) or {})
+    def url(self, key: str) -> str:
+        text = self.string(key, required=True)
+        problem = check_url(text)
+        if problem:
+            raise self.error(key, problem)
+        return text
 
-    def sections(self, key: str) -> list[Section]:
-        value = self.raw(key, [])
-        if not isinstance(value, list):
-            raise self.error(key, "expected a list")
-        return [
-            Section(self.source, f"{self.field_name(key)}[{i}]", v) for i, v in enumerate(value)
-        ]
+    def listen(self, key: str, default: str) -> tuple[str, int]:
+        try:
+            return parse_listen(self.string(key, default))
+        except ValueError as error:
+            raise self.error(key, str(error)) from None
 
-    def finish(self) -> None:
-        """Reject keys nobody asked for: a typo must not silently fall back to a default."""
-        unknown = sorted(set(self._data) - self._seen)
-        if unknown:
-            raise self.error(unknown[0], "unknown key")
+    def section(self, key: str, keys: Collection[str]) -> Section:
+        return Section(self.source, self.field_name(key), self.raw(key, {}), keys)
+
+    def sections(self, key: str, keys: Collection[str], *, required: bool = False) -> list[Section]:
+        value = self.required(key) if required else self.raw(key, [])
+        if not isinstance(value, list) or (required and not value):
+            raise self.error(key, "expected a non-empty list" if required else "expected a list")
+        path = self.field_name(key)
+        return [Section(self.source, f"{path}[{i}]", v, keys) for i, v in enumerate(value)]
+
+
+def _kind(value: object) -> str:
+    return "nothing" if value is None else type(value).__name__
+
+
+def _format_seconds(seconds: float) -> str:
+    return f"{seconds * 1000:g}ms" if 0 < seconds < 1 else f"{seconds:g}s"

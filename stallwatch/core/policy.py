@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, get_args
 
+from stallwatch.common.restarter_config import RestarterConfig
 from stallwatch.core.alerts import Alert
 from stallwatch.core.confirmation import Confirmation
-from stallwatch.restarter.config import RestarterConfig
 
 SkipReason = Literal[
     "not_restart_alert",

@@ -24,8 +24,9 @@ from prometheus_client import (
 
 from stallwatch import USER_AGENT
 from stallwatch.common.config import ConfigError
+from stallwatch.common.config_files import load_exporter_config
+from stallwatch.common.exporter_config import ExporterConfig
 from stallwatch.exporter.collector import ExporterCollector
-from stallwatch.exporter.config import ExporterConfig, load_config
 from stallwatch.exporter.service import ExporterService
 
 log = logging.getLogger("stallwatch.exporter")
@@ -33,6 +34,10 @@ log = logging.getLogger("stallwatch.exporter")
 SERVICE_KEY = web.AppKey("service", ExporterService)
 REGISTRY_KEY = web.AppKey("registry", CollectorRegistry)
 CONFIG_PATH_KEY = web.AppKey("config_path", Path)
+
+
+class ListenError(Exception):
+    """The exporter cannot listen where its config says (port in use, address not local)."""
 
 
 def build_registry(service: ExporterService) -> CollectorRegistry:
@@ -50,10 +55,9 @@ def build_registry(service: ExporterService) -> CollectorRegistry:
 async def reload_config(service: ExporterService, path: Path) -> str | None:
     """Load, validate, then swap in; on a bad file keep the running config. Returns the error."""
     try:
-        new_config = load_config(path)
+        new_config = load_exporter_config(path)
     except ConfigError as error:
         service.reload_status.successful = False
-        service.reload_status.last_error = str(error)
         log.error("reload refused, keeping the running config: %s", error)
         return str(error)
     if (new_config.listen_host, new_config.listen_port) != (
@@ -64,7 +68,6 @@ async def reload_config(service: ExporterService, path: Path) -> str | None:
     await service.apply(new_config)
     service.reload_status.successful = True
     service.reload_status.last_success_at = time.time()
-    service.reload_status.last_error = ""
     log.info("config reloaded: %d targets", len(new_config.targets))
     return None
 
@@ -140,7 +143,12 @@ async def running_exporter(
             host if host is not None else config.listen_host,
             port if port is not None else config.listen_port,
         )
-        await site.start()
+        try:
+            await site.start()
+        except OSError as error:
+            await runner.cleanup()
+            where = f"{site.name.removeprefix('http://')}"
+            raise ListenError(f"cannot listen on {where}: {error.strerror or error}") from None
         server = site._server
         sockets = getattr(server, "sockets", None) or []
         bound_host, bound_port = sockets[0].getsockname()[:2]

@@ -16,10 +16,17 @@ from typing import Any, cast
 import aiohttp
 
 from stallwatch import USER_AGENT
+from stallwatch.common.cli import EXIT_USAGE, positive_duration
+from stallwatch.common.exporter_config import (
+    MIN_INTERVAL_SECONDS,
+    MIN_PROBE_TIMEOUT_SECONDS,
+    ProbeConfig,
+    ProbeEndpoint,
+    TargetConfig,
+)
 from stallwatch.core.classify import State
 from stallwatch.core.history import TargetHistory
-from stallwatch.exporter.config import ProbeConfig, TargetConfig
-from stallwatch.exporter.fetch import DEFAULT_MAX_BYTES, ProbeEndpoint
+from stallwatch.exporter.fetch import DEFAULT_MAX_BYTES
 from stallwatch.exporter.poll import poll_once
 
 EXIT_OK = 0
@@ -104,15 +111,23 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
             "Work without progress is read again after --interval; only two stalled "
             "intervals in a row are stuck. A test request is sent only to a server with no "
             "work. Exit codes: 0 idle, busy or sleeping; 1 stuck (stalled in two intervals) "
-            "or unresponsive (idle test request failed twice); 2 down; 3 cannot judge."
+            "or unresponsive (idle test request failed twice); 2 down; 3 cannot judge; "
+            f"{EXIT_USAGE} usage error. Durations are written as in the config files: "
+            "500ms, 5s, 1m."
         ),
     )
     parser.add_argument("url", help="base URL of the server, e.g. http://127.0.0.1:8000")
     parser.add_argument(
-        "--interval", type=float, default=15.0, help="seconds between reads (default 15)"
+        "--interval",
+        type=positive_duration,
+        default=15.0,
+        help="time between reads (default 15s)",
     )
     parser.add_argument(
-        "--timeout", type=float, default=5.0, help="timeout of each /metrics read (default 5)"
+        "--timeout",
+        type=positive_duration,
+        default=5.0,
+        help="timeout of each /metrics read (default 5s)",
     )
     parser.add_argument("--json", action="store_true", help="print the verdict as JSON")
     parser.add_argument(
@@ -128,7 +143,10 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         help="endpoint of the test request (default completions)",
     )
     parser.add_argument(
-        "--probe-timeout", type=float, default=10.0, help="timeout of the test request"
+        "--probe-timeout",
+        type=positive_duration,
+        default=10.0,
+        help="timeout of the test request (default 10s)",
     )
     parser.add_argument(
         "--kind", default="vllm", choices=("vllm", "proxy"), help="server kind (default vllm)"
@@ -137,6 +155,17 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    for flag, seconds, minimum in (
+        ("--interval", args.interval, MIN_INTERVAL_SECONDS),
+        ("--timeout", args.timeout, MIN_INTERVAL_SECONDS),
+        ("--probe-timeout", args.probe_timeout, MIN_PROBE_TIMEOUT_SECONDS),
+    ):
+        if seconds < minimum:
+            print(
+                f"stallwatch check: error: {flag} must be at least {minimum * 1000:g}ms",
+                file=sys.stderr,
+            )
+            return EXIT_USAGE
     target = TargetConfig(
         name="check",
         url=args.url,

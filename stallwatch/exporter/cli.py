@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from stallwatch.common.cli import add_service_arguments, setup_logging
-from stallwatch.common.config import ConfigError
-from stallwatch.exporter.app import serve
-from stallwatch.exporter.config import load_config, parse_listen
+from stallwatch.common.config import ConfigError, parse_listen
+from stallwatch.common.config_files import load_exporter_config
+from stallwatch.exporter.app import ListenError, serve
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
@@ -39,7 +39,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
 def run(args: argparse.Namespace) -> int:
     setup_logging(args.log_level)
     try:
-        config = load_config(args.config)
+        config = load_exporter_config(args.config)
         if args.listen is not None:
             try:
                 host, port = parse_listen(args.listen)
@@ -62,5 +62,9 @@ def run(args: argparse.Namespace) -> int:
                 f"  {target.name}: {target.kind} {target.url} every {target.interval_seconds:g} s"
             )
         return 0
-    asyncio.run(serve(config, args.config))
+    try:
+        asyncio.run(serve(config, args.config))
+    except ListenError as error:
+        print(f"stallwatch exporter: {error}", file=sys.stderr)
+        return 1
     return 0

@@ -8,9 +8,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from stallwatch import __version__
+from stallwatch.common.exporter_config import ExporterConfig, TargetConfig
 from stallwatch.core.classify import State
 from stallwatch.core.history import TargetHistory
-from stallwatch.exporter.config import ExporterConfig, TargetConfig
 from stallwatch.exporter.service import ReloadStatus
 
 REFRESH = "Refreshed every poll interval of the target."

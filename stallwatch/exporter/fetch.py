@@ -13,13 +13,13 @@ from typing import Any, Literal
 import aiohttp
 
 from stallwatch import USER_AGENT
+from stallwatch.common.exporter_config import ProbeEndpoint
 from stallwatch.core.reading import Reading, parse_reading, with_start_marker
 
 DEFAULT_MAX_BYTES = 8 * 1024 * 1024
 # llama.cpp sends its process start (monotonic microseconds) in this header of /metrics.
 START_MARKER_HEADER = "Process-Start-Time-Unix"
 
-ProbeEndpoint = Literal["completions", "chat"]
 ErrorReason = Literal["timeout", "connection", "http_status", "too_large", "parse"]
 
 

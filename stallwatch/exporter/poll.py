@@ -6,10 +6,10 @@ import time
 
 import aiohttp
 
+from stallwatch.common.exporter_config import TargetConfig
 from stallwatch.core.classify import State, Verdict, classify, down, with_probe_result
 from stallwatch.core.history import PollOutcome
 from stallwatch.core.reading import Reading
-from stallwatch.exporter.config import TargetConfig
 from stallwatch.exporter.fetch import models_answer, read_metrics, send_probe
 
 

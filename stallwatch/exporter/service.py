@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
+from stallwatch.common.exporter_config import ExporterConfig, TargetConfig
 from stallwatch.core.history import PollOutcome, TargetHistory
-from stallwatch.exporter.config import ExporterConfig, TargetConfig
 from stallwatch.exporter.poll import poll_once
 
 log = logging.getLogger("stallwatch.exporter")
@@ -24,7 +24,6 @@ PollListener = Callable[[str, TargetHistory, PollOutcome], None]
 class ReloadStatus:
     successful: bool = True
     last_success_at: float = field(default_factory=time.time)
-    last_error: str = ""
 
 
 class ExporterService:

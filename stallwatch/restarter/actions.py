@@ -20,7 +20,7 @@ from urllib.parse import quote
 import aiohttp
 
 from stallwatch import USER_AGENT
-from stallwatch.restarter.config import (
+from stallwatch.common.restarter_config import (
     CommandAction,
     DockerAction,
     HttpAction,

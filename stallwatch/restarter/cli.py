@@ -12,7 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from stallwatch.common.cli import add_service_arguments, setup_logging
-from stallwatch.restarter.config import ConfigError, RestarterConfig, load_config
+from stallwatch.common.config import ConfigError
+from stallwatch.common.config_files import load_restarter_config as load_config
+from stallwatch.common.restarter_config import RestarterConfig
 from stallwatch.restarter.journal import Journal, JournalEntry
 
 

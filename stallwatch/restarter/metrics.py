@@ -6,7 +6,7 @@ import prometheus_client
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from stallwatch import __version__
-from stallwatch.restarter.config import RestarterConfig
+from stallwatch.common.restarter_config import RestarterConfig
 
 RESULTS = ("success", "failure", "timeout")
 # Alerts whose target is not configured are counted under this label value, so a hostile

@@ -20,11 +20,11 @@ import aiohttp
 from aiohttp import web
 
 from stallwatch import USER_AGENT
+from stallwatch.common.restarter_config import RestarterConfig, Target
 from stallwatch.core.alerts import Alert, Notification, PayloadError, parse_notification
 from stallwatch.core.confirmation import Confirmation
 from stallwatch.core.policy import Decision, History, decide, lookback_seconds, with_confirmation
 from stallwatch.restarter.actions import ActionOutcome, ActionRunner
-from stallwatch.restarter.config import RestarterConfig, Target
 from stallwatch.restarter.confirm import confirm_stall
 from stallwatch.restarter.journal import Journal
 from stallwatch.restarter.metrics import UNCONFIGURED_TARGET, RestarterMetrics

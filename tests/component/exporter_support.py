@@ -10,10 +10,10 @@ from pathlib import Path
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
+from stallwatch.common.exporter_config import ExporterConfig, ProbeConfig, TargetConfig
 from stallwatch.core.classify import State
 from stallwatch.core.history import PollOutcome, TargetHistory
 from stallwatch.exporter.app import running_exporter
-from stallwatch.exporter.config import ExporterConfig, ProbeConfig, TargetConfig
 from stallwatch.exporter.service import ExporterService
 
 FAST_INTERVAL = 0.25

@@ -11,12 +11,14 @@ import sys
 from pathlib import Path
 
 import aiohttp
+import pytest
 from aiohttp import web
 
 from stallwatch import USER_AGENT
+from stallwatch.common.cli import EXIT_USAGE
+from stallwatch.common.exporter_config import ProbeConfig, TargetConfig
 from stallwatch.core.classify import State
 from stallwatch.exporter.check_cli import EXIT_DOWN, EXIT_OK, EXIT_STUCK, EXIT_UNKNOWN, run_check
-from stallwatch.exporter.config import ProbeConfig, TargetConfig
 from stallwatch.simulator.load import run_load
 from stallwatch.simulator.testing import running_simulator
 from tests.component.exporter_support import wait_until
@@ -129,7 +131,7 @@ async def test_check_command_prints_json_and_exits_with_the_verdict() -> None:
     """The `stallwatch check --json` command prints the fields scripts rely on."""
     async with running_simulator() as sim:
         completed = await asyncio.to_thread(
-            run_cli, "check", sim.url, "--interval", "0.3", "--json"
+            run_cli, "check", sim.url, "--interval", "300ms", "--timeout", "300ms", "--json"
         )
     assert completed.returncode == EXIT_OK, completed.stderr
     report = json.loads(completed.stdout)
@@ -148,7 +150,7 @@ async def test_check_command_prints_json_and_exits_with_the_verdict() -> None:
 
 def write_config(path: Path, sim_url: str, names: list[str], *, listen: str) -> None:
     targets = "".join(f"  - name: {name}\n    url: {sim_url}\n" for name in names)
-    path.write_text(f"listen: {listen}\ninterval: 0.3s\ntimeout: 0.3s\ntargets:\n{targets}")
+    path.write_text(f"listen: {listen}\ninterval: 300ms\ntimeout: 300ms\ntargets:\n{targets}")
 
 
 def free_port() -> int:
@@ -211,8 +213,20 @@ async def test_sighup_reload_swaps_valid_config_and_refuses_a_bad_one(tmp_path: 
     assert "targets[0].url" in stderr.decode()
 
 
+# Bad files a reload must refuse with 400 and the reason, keeping the running config.
+BAD_RELOADS: dict[str, str] = {
+    "interval: never\n": "interval",
+    'targets:\n  - {name: first, url: "http://[::1"}\n': "targets[0].url",
+    "targets:\n  - {name: first, url: 'http://127.0.0.1:99999'}\n": "targets[0].url",
+    "interval: .nan\n": "interval",
+    "~: 5s\n": "key ~ is not a string",
+    "1: 5s\n": "key 1 is not a string",
+    "interval: 5s\ninterval: 6s\n": "duplicate key",
+}
+
+
 async def test_post_reload_answers_400_for_a_bad_config(tmp_path: Path) -> None:
-    """POST /-/reload says why a bad file was refused, and 200 for a good one."""
+    """POST /-/reload answers 400 and why for each bad file (never 500), 200 for a good one."""
     config = tmp_path / "exporter.yml"
     port = free_port()
     async with running_simulator() as sim:
@@ -225,16 +239,95 @@ async def test_post_reload_answers_400_for_a_bad_config(tmp_path: Path) -> None:
             assert process.stdout is not None
             await asyncio.wait_for(process.stdout.readline(), 20)
             async with aiohttp.ClientSession() as session:
-                config.write_text("interval: never\n")
-                async with session.post(f"http://127.0.0.1:{port}/-/reload") as response:
-                    assert response.status == 400
-                    assert "interval" in await response.text()
+                for text, reason in BAD_RELOADS.items():
+                    config.write_text(text)
+                    async with session.post(f"http://127.0.0.1:{port}/-/reload") as response:
+                        body = await response.text()
+                        assert (response.status, reason in body) == (400, True), (text, body)
+                metrics = await scrape_text(f"http://127.0.0.1:{port}")
+                assert "stallwatch_config_last_reload_successful 0.0" in metrics
+                assert 'target="first"' in metrics  # the running config is kept
                 write_config(config, sim.url, ["first"], listen=f"127.0.0.1:{port}")
                 async with session.post(f"http://127.0.0.1:{port}/-/reload") as response:
                     assert response.status == 200
         finally:
             process.terminate()
             await asyncio.wait_for(process.wait(), 20)
+
+
+async def test_sighup_with_an_unparsable_url_marks_the_reload_failed(tmp_path: Path) -> None:
+    """A SIGHUP reload of a file the URL parser chokes on sets last_reload_successful to 0."""
+    config = tmp_path / "exporter.yml"
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    async with running_simulator() as sim:
+        write_config(config, sim.url, ["first"], listen=f"127.0.0.1:{port}")
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "stallwatch", "exporter", "--config", str(config),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        try:
+            assert process.stdout is not None
+            await asyncio.wait_for(process.stdout.readline(), 20)
+            assert "stallwatch_config_last_reload_successful 1.0" in await scrape_text(url)
+            config.write_text('targets:\n  - {name: first, url: "http://[::1"}\n')
+            process.send_signal(signal.SIGHUP)
+            for _ in range(100):
+                text = await scrape_text(url)
+                if "stallwatch_config_last_reload_successful 0.0" in text:
+                    break
+                await asyncio.sleep(0.05)
+            assert "stallwatch_config_last_reload_successful 0.0" in text
+            assert 'target="first"' in text
+        finally:
+            process.terminate()
+            _, stderr = await asyncio.wait_for(process.communicate(), 20)
+    assert "Traceback" not in stderr.decode()
+    assert "targets[0].url: not a valid URL" in stderr.decode()
+
+
+def test_exporter_port_in_use_is_one_clear_line_and_exit_1(tmp_path: Path) -> None:
+    """A listen port already taken ends the exporter with exit 1 and one line, no traceback."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        config = tmp_path / "exporter.yml"
+        write_config(config, "http://127.0.0.1:9", ["first"], listen=f"127.0.0.1:{port}")
+        completed = run_cli("exporter", "--config", str(config))
+    assert completed.returncode == 1
+    assert "Traceback" not in completed.stderr
+    assert f"stallwatch exporter: cannot listen on 127.0.0.1:{port}: " in completed.stderr
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--interval", "0"],
+        ["--interval", "0s"],
+        ["--interval", "-5s"],
+        ["--timeout", "0s"],
+        ["--timeout", "-1s"],
+        ["--probe-timeout", "0s"],
+        ["--interval", "1.5s"],
+        ["--interval", ".nan"],
+        ["--interval", "10ms"],
+    ],
+)
+def test_check_refuses_a_duration_that_cannot_work_with_a_usage_error(flags: list[str]) -> None:
+    """Zero, negative, malformed or too short durations are usage errors (64), never a hang."""
+    completed = run_cli("check", "http://127.0.0.1:9", *flags)
+    assert completed.returncode == EXIT_USAGE, completed.stderr
+    assert flags[0] in completed.stderr
+
+
+def test_check_usage_error_exit_code_is_no_verdict() -> None:
+    """A usage error exits 64, which no verdict (0 to 3) uses: 2 would read as down."""
+    completed = run_cli("check")
+    assert completed.returncode == EXIT_USAGE
+    assert EXIT_USAGE not in (EXIT_OK, EXIT_STUCK, EXIT_DOWN, EXIT_UNKNOWN)
 
 
 def test_config_check_flag_validates_and_exits(tmp_path: Path) -> None:

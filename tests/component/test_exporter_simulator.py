@@ -10,9 +10,9 @@ from pathlib import Path
 import aiohttp
 
 from stallwatch import USER_AGENT
+from stallwatch.common.exporter_config import ExporterConfig
 from stallwatch.core.classify import State
 from stallwatch.exporter.app import running_exporter
-from stallwatch.exporter.config import ExporterConfig
 from stallwatch.simulator.load import run_load
 from stallwatch.simulator.proxy import running_proxy
 from stallwatch.simulator.testing import running_simulator

@@ -242,6 +242,7 @@ async def test_http_action_calls_the_supervisor(tmp_path: Path) -> None:
     server = TestServer(app, host="127.0.0.1")
     await server.start_server()
     (tmp_path / "supervisor.token").write_text("sup-token\n")
+    (tmp_path / "supervisor.token").chmod(0o600)  # a secret others can read is refused
     try:
         async with fake_vllm("stalled") as fake:
             config = write_config(

@@ -17,7 +17,7 @@ from aiohttp import web
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from stallwatch.restarter.config import DEFAULT_RESTART_ALERTS as RESTART_ALERTS
+from stallwatch.common.restarter_config import DEFAULT_RESTART_ALERTS as RESTART_ALERTS
 from stallwatch.restarter.server import RESTARTER_KEY, Restarter, build_app
 from tests.component.test_restarter_support import (
     METRICS_TEMPLATE,
@@ -66,7 +66,7 @@ def restarter_in_a_thread(tmp_path: Path) -> Iterator[Running]:
                     {"kind": "command", "argv": marker_argv(marker)},
                 )
             ],
-            confirm={"gap": "10ms", "timeout": "2s"},
+            confirm={"gap": "1s", "timeout": "2s"},
             max_body_bytes=64 * 1024,
         )
         app = build_app(config)

@@ -14,7 +14,8 @@ import yaml
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from stallwatch.restarter.config import RestarterConfig, load_config
+from stallwatch.common.config_files import load_restarter_config as load_config
+from stallwatch.common.restarter_config import RestarterConfig
 from stallwatch.restarter.server import RESTARTER_KEY, Restarter, build_app
 
 TOKEN = "test-token-0123456789"
@@ -98,10 +99,11 @@ def target_entry(
 def write_config(tmp_path: Path, targets: list[dict[str, Any]], **top: Any) -> RestarterConfig:
     """Write a restarter.yml with short test intervals and load it as the CLI would."""
     (tmp_path / "token").write_text(TOKEN + "\n")
+    (tmp_path / "token").chmod(0o600)  # the restarter refuses a token others can read
     document: dict[str, Any] = {
         "token_file": "token",
         "journal": "journal.sqlite",
-        "confirm": {"gap": "200ms", "timeout": "2s"},
+        "confirm": {"gap": "1s", "timeout": "2s"},
         "targets": targets,
     }
     document.update(top)

@@ -28,10 +28,10 @@ from typing import Any
 
 import aiohttp
 
+from stallwatch.common.exporter_config import ExporterConfig, ProbeConfig, TargetConfig
 from stallwatch.core.classify import State
 from stallwatch.core.history import TargetHistory
 from stallwatch.exporter.app import running_exporter
-from stallwatch.exporter.config import ExporterConfig, ProbeConfig, TargetConfig
 from stallwatch.exporter.service import ExporterService
 from tests.component.exporter_support import record_histories
 

@@ -32,9 +32,9 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from stallwatch.common.exporter_config import ExporterConfig
+from stallwatch.common.restarter_config import restarter_config_from_mapping
 from stallwatch.exporter.app import running_exporter
-from stallwatch.exporter.config import ExporterConfig
-from stallwatch.restarter.config import parse_config
 from stallwatch.restarter.server import build_app
 from stallwatch.simulator.load import run_load
 from stallwatch.simulator.testing import engine_sample, read_metrics, running_simulator
@@ -124,6 +124,7 @@ async def running_restarter(
 ) -> AsyncIterator[str]:
     """The real restarter app on the stack's restarter port, dry-run; yields its base URL."""
     (workdir / "restarter-token").write_text(stack.token + "\n")
+    (workdir / "restarter-token").chmod(0o600)  # the restarter refuses a token others can read
     document = {
         "listen": stack.restarter_address,
         "token_file": "restarter-token",
@@ -137,7 +138,7 @@ async def running_restarter(
             }
         ],
     }
-    config = parse_config(document, "restarter.yml", workdir)
+    config = restarter_config_from_mapping(document, "restarter.yml", workdir)
     runner = web.AppRunner(build_app(config), access_log=None)
     await runner.setup()
     try:

@@ -185,11 +185,12 @@ async def restarter_for(
     script.write_text(RESTART_SCRIPT)
     token_file = tmp_path / "restarter.token"
     token_file.write_text(stack.token + "\n")
+    token_file.chmod(0o600)  # the restarter refuses a token others can read
     config = {
         "listen": stack.restarter_address,
         "token_file": str(token_file),
         "journal": str(tmp_path / "journal.sqlite"),
-        "confirm": {"gap": "500ms", "timeout": "1s"},
+        "confirm": {"gap": "1s", "timeout": "1s"},
         "targets": [
             {
                 "name": name,

@@ -14,10 +14,10 @@ from typing import Any
 
 import aiohttp
 
+from stallwatch.common.exporter_config import ProbeConfig, TargetConfig
 from stallwatch.core.classify import State
 from stallwatch.core.history import TargetHistory
 from stallwatch.core.reading import Reading
-from stallwatch.exporter.config import ProbeConfig, TargetConfig
 from stallwatch.exporter.service import ExporterService
 from tests.component.exporter_support import record_histories
 from tests.real.vllm_server import complete, fetch_metrics, metric_samples, metric_sum, word_prompt

@@ -29,9 +29,9 @@ from typing import Any
 import aiohttp
 import pytest
 
+from stallwatch.common.exporter_config import ExporterConfig
 from stallwatch.core.classify import State
 from stallwatch.exporter.app import running_exporter
-from stallwatch.exporter.config import ExporterConfig
 from stallwatch.exporter.service import ExporterService
 from stallwatch.localstack.errors import MissingBinaryError
 from stallwatch.localstack.processes import free_port
@@ -125,11 +125,12 @@ async def running_restarter(
     script.write_text(RESTART_SCRIPT)
     token_file = tmp_path / "restarter.token"
     token_file.write_text(pipeline.token + "\n")
+    token_file.chmod(0o600)  # the restarter refuses a token others can read
     config = {
         "listen": f"127.0.0.1:{pipeline.restarter_port}",
         "token_file": str(token_file),
         "journal": str(tmp_path / "journal.sqlite"),
-        "confirm": {"gap": "500ms", "timeout": "2s"},
+        "confirm": {"gap": "1s", "timeout": "2s"},
         "targets": [
             {
                 "name": NAME,

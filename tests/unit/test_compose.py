@@ -18,9 +18,8 @@ from typing import Any
 import pytest
 import yaml
 
-from stallwatch.exporter.config import load_config as load_exporter_config
-from stallwatch.restarter.config import DockerAction
-from stallwatch.restarter.config import load_config as load_restarter_config
+from stallwatch.common.config_files import load_exporter_config, load_restarter_config
+from stallwatch.common.restarter_config import DockerAction
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO / "docker-compose.yml"
@@ -59,6 +58,7 @@ COMPOSE_VARIABLES = (
     "VLLM_SERVED_MODEL_NAME",
     "HF_TOKEN",
     "DOCKER_GID",
+    "STALLWATCH_TOKEN_GID",
     "GRAFANA_ADMIN_USER",
     "GRAFANA_ADMIN_PASSWORD",
 )
@@ -438,6 +438,7 @@ def test_deploy_configs_load_and_agree_with_the_stack(
     etc.mkdir()
     shutil.copy(restarter_file, etc / "restarter.yml")
     (etc / Path(TOKEN_MOUNT).name).write_text("0123456789abcdef\n")
+    (etc / Path(TOKEN_MOUNT).name).chmod(0o640)  # as deploy/secrets/README.md says
     restarter = load_restarter_config(etc / "restarter.yml")
     assert restarter.listen == f"0.0.0.0:{CONTAINER_PORTS['restarter']}"
     journal_mount = mount_at(stack["restarter"], "/var/lib/stallwatch")

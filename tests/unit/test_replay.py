@@ -7,6 +7,7 @@ import json
 import pytest
 
 from stallwatch.cli import main
+from stallwatch.common.cli import EXIT_USAGE
 from stallwatch.core.reading import parse_reading
 from stallwatch.replay import (
     ReplayConfig,
@@ -116,5 +117,5 @@ def test_cli_rejects_a_bad_number(capsys: pytest.CaptureFixture[str]) -> None:
     """A non-positive --hours is a usage error naming the value."""
     with pytest.raises(SystemExit) as exit_info:
         main(["replay", "--hours", "0"])
-    assert exit_info.value.code == 2
+    assert exit_info.value.code == EXIT_USAGE
     assert "'0'" in capsys.readouterr().err

@@ -6,6 +6,14 @@ from dataclasses import replace
 
 import pytest
 
+from stallwatch.common.restarter_config import (
+    Budget,
+    CommandAction,
+    ConfirmSettings,
+    FleetWindow,
+    RestarterConfig,
+    Target,
+)
 from stallwatch.core.alerts import Alert
 from stallwatch.core.confirmation import Confirmation
 from stallwatch.core.policy import (
@@ -19,14 +27,6 @@ from stallwatch.core.policy import (
     decide,
     lookback_seconds,
     with_confirmation,
-)
-from stallwatch.restarter.config import (
-    Budget,
-    CommandAction,
-    ConfirmSettings,
-    FleetWindow,
-    RestarterConfig,
-    Target,
 )
 
 NOW = 1_800_000_000.0

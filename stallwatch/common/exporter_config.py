@@ -1,26 +1,31 @@
-"""The exporter's configuration: YAML into frozen dataclasses, validated before it is used."""
+"""The exporter's configuration: frozen dataclasses, built and checked from a plain mapping."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from types import MappingProxyType
 from typing import Literal, cast
-from urllib.parse import urlsplit
 
-from stallwatch.common.config import ConfigError, Section, load_yaml_mapping
-from stallwatch.exporter.fetch import ProbeEndpoint
+from stallwatch.common.config import ConfigError, Section
 
 TargetKind = Literal["vllm", "proxy"]
 TARGET_KINDS: tuple[str, ...] = ("vllm", "proxy")
+ProbeEndpoint = Literal["completions", "chat"]
+PROBE_ENDPOINTS: tuple[str, ...] = ("completions", "chat")
 DEFAULT_LISTEN = "127.0.0.1:9732"
 DEFAULT_INTERVAL_SECONDS = 15.0
 DEFAULT_TIMEOUT_SECONDS = 5.0
 DEFAULT_PROBE_TIMEOUT_SECONDS = 10.0
 DEFAULT_MAX_PAYLOAD_BYTES = 8 * 1024 * 1024
+# Shorter polls would only measure the exporter; shorter timeouts would fail a healthy server.
+MIN_INTERVAL_SECONDS = 0.05
+MIN_PROBE_TIMEOUT_SECONDS = 0.1
 _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 _RESERVED_LABELS = frozenset({"target", "state", "reason", "url", "kind", "version"})
+_TOP_KEYS = ("listen", "interval", "timeout", "probe", "max_payload_bytes", "targets")
+_PROBE_KEYS = ("enabled", "model", "endpoint", "timeout")
+_TARGET_KEYS = ("name", "url", "kind", "metrics_path", "interval", "timeout", "probe", "labels")
 
 
 @dataclass(frozen=True)
@@ -57,43 +62,25 @@ class ExporterConfig:
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
     source: str = "<defaults>"
 
-    def target(self, name: str) -> TargetConfig | None:
-        return next((t for t in self.targets if t.name == name), None)
-
-
-def parse_listen(value: str) -> tuple[str, int]:
-    """`host:port`, `:port` (all interfaces) or `[v6]:port`."""
-    host, separator, port_text = value.rpartition(":")
-    if not separator or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
-        raise ValueError(f"expected host:port, got {value!r}")
-    host = host.strip("[]") or "0.0.0.0"
-    return host, int(port_text)
-
 
 def _probe(section: Section, defaults: ProbeConfig) -> ProbeConfig:
-    probe = ProbeConfig(
+    return ProbeConfig(
         enabled=section.boolean("enabled", defaults.enabled),
         model=section.optional_string("model") or defaults.model,
         endpoint=cast(
-            ProbeEndpoint, section.choice("endpoint", defaults.endpoint, ("completions", "chat"))
+            ProbeEndpoint, section.choice("endpoint", defaults.endpoint, PROBE_ENDPOINTS)
         ),
-        timeout_seconds=section.duration("timeout", defaults.timeout_seconds, minimum=0.1),
+        timeout_seconds=section.duration(
+            "timeout", defaults.timeout_seconds, minimum=MIN_PROBE_TIMEOUT_SECONDS
+        ),
     )
-    section.finish()
-    return probe
-
-
-def _url(section: Section) -> str:
-    url = section.string("url", required=True)
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise section.error("url", f"expected an http(s) URL, got {url!r}")
-    return url
 
 
 def _target(
     section: Section, interval: float, timeout: float, probe_defaults: ProbeConfig
 ) -> TargetConfig:
+    name = section.string("name", required=True)
+    url = section.url("url")
     labels = section.string_map("labels")
     for label in labels:
         if not _LABEL_NAME.match(label) or label.startswith("__") or label in _RESERVED_LABELS:
@@ -102,39 +89,40 @@ def _target(
     if not metrics_path.startswith("/"):
         raise section.error("metrics_path", "must start with /")
     target = TargetConfig(
-        name=section.string("name", required=True),
-        url=_url(section),
+        name=name,
+        url=url,
         kind=cast(TargetKind, section.choice("kind", "vllm", TARGET_KINDS)),
         metrics_path=metrics_path,
-        interval_seconds=section.duration("interval", interval, minimum=0.05),
-        timeout_seconds=section.duration("timeout", timeout, minimum=0.05),
-        probe=_probe(section.section("probe"), probe_defaults),
+        interval_seconds=section.duration("interval", interval, minimum=MIN_INTERVAL_SECONDS),
+        timeout_seconds=section.duration("timeout", timeout, minimum=MIN_INTERVAL_SECONDS),
+        probe=_probe(section.section("probe", _PROBE_KEYS), probe_defaults),
         labels=MappingProxyType(labels),
     )
     if target.timeout_seconds > target.interval_seconds:
         raise section.error("timeout", "must not be longer than the interval")
-    section.finish()
     return target
 
 
-def config_from_mapping(data: object, source: str) -> ExporterConfig:
-    top = Section(source, "", data)
-    try:
-        host, port = parse_listen(top.string("listen", DEFAULT_LISTEN))
-    except ValueError as error:
-        raise top.error("listen", str(error)) from error
-    interval = top.duration("interval", DEFAULT_INTERVAL_SECONDS, minimum=0.05)
-    timeout = top.duration("timeout", min(DEFAULT_TIMEOUT_SECONDS, interval), minimum=0.05)
-    probe_defaults = _probe(top.section("probe"), ProbeConfig())
+def exporter_config_from_mapping(data: object, source: str) -> ExporterConfig:
+    """Build and check the exporter's config; `source` names the file in every error."""
+    top = Section(source, "", data, _TOP_KEYS)
+    host, port = top.listen("listen", DEFAULT_LISTEN)
+    interval = top.duration("interval", DEFAULT_INTERVAL_SECONDS, minimum=MIN_INTERVAL_SECONDS)
+    timeout = top.duration(
+        "timeout",
+        min(DEFAULT_TIMEOUT_SECONDS, interval),
+        minimum=MIN_INTERVAL_SECONDS,
+    )
+    probe_defaults = _probe(top.section("probe", _PROBE_KEYS), ProbeConfig())
     max_payload = top.integer("max_payload_bytes", DEFAULT_MAX_PAYLOAD_BYTES, minimum=1024)
     targets = tuple(
-        _target(section, interval, timeout, probe_defaults) for section in top.sections("targets")
+        _target(section, interval, timeout, probe_defaults)
+        for section in top.sections("targets", _TARGET_KEYS)
     )
     names = [target.name for target in targets]
     for index, name in enumerate(names):
         if name in names[:index]:
             raise ConfigError(source, f"targets[{index}].name", f"duplicate target name {name!r}")
-    top.finish()
     return ExporterConfig(
         targets=targets,
         listen_host=host,
@@ -142,8 +130,3 @@ def config_from_mapping(data: object, source: str) -> ExporterConfig:
         max_payload_bytes=max_payload,
         source=source,
     )
-
-
-def load_config(path: Path) -> ExporterConfig:
-    """Read and validate a config file; raises ConfigError naming the file and field."""
-    return config_from_mapping(load_yaml_mapping(path), str(path))

@@ -1,0 +1,313 @@
+"""The restarter's configuration: frozen dataclasses, built and checked from a plain mapping.
+
+Relative paths in the file (token, journal, TLS, action files) are taken relative to the
+directory of the configuration file, so a config and its secrets can move together.
+"""
+
+from __future__ import annotations
+
+import stat
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Literal
+
+from stallwatch.common.config import ConfigError, Section, parse_listen
+
+DEFAULT_LISTEN = "127.0.0.1:9733"
+DEFAULT_RESTART_ALERTS: tuple[str, ...] = ("LLMServerStuck", "LLMServerUnresponsive")
+# The alerts whose stall shows up as an idle server (no work, nothing completed): for them,
+# two idle reads confirm instead of refusing. The exporter already sent the test request.
+DEFAULT_IDLE_CONFIRMS: tuple[str, ...] = ("LLMServerUnresponsive",)
+DEFAULT_MAX_BODY_BYTES = 1024 * 1024
+DEFAULT_DOCKER_SOCKET = "/var/run/docker.sock"
+# vLLM publishes its counters once per engine step, and its progress counter only on steps that
+# emit a token; one step of a loaded server (a full prefill chunk on a large model) can take
+# several hundred milliseconds. Two reads closer than this can fall inside one step and show a
+# healthy busy server as stalled.
+MIN_CONFIRM_GAP_SECONDS = 1.0
+_GAP_WHY = (
+    " (vLLM updates its counters once per engine step, and a loaded server's step can take"
+    " most of a second: reads closer together can show no progress on a healthy server)"
+)
+HTTP_METHODS: tuple[str, ...] = ("POST", "PUT", "GET", "DELETE", "PATCH")
+
+
+@dataclass(frozen=True)
+class CommandAction:
+    argv: tuple[str, ...]
+    kind: Literal["command"] = "command"
+
+
+@dataclass(frozen=True)
+class DockerAction:
+    container: str
+    socket: str = DEFAULT_DOCKER_SOCKET
+    stop_timeout: float = 30.0
+    kind: Literal["docker"] = "docker"
+
+
+@dataclass(frozen=True)
+class SystemdAction:
+    unit: str
+    user: bool = False
+    kind: Literal["systemd"] = "systemd"
+
+
+@dataclass(frozen=True)
+class HttpAction:
+    url: str
+    method: str = "POST"
+    bearer_token_file: str | None = None
+    kind: Literal["http"] = "http"
+
+
+Action = CommandAction | DockerAction | SystemdAction | HttpAction
+
+
+@dataclass(frozen=True)
+class Budget:
+    max_restarts: int = 3
+    window: float = 3600.0
+
+
+@dataclass(frozen=True)
+class FleetWindow:
+    max_targets: int = 2
+    window: float = 900.0
+
+
+@dataclass(frozen=True)
+class ConfirmSettings:
+    gap: float = 5.0
+    timeout: float = 3.0
+    idle_confirms: tuple[str, ...] = DEFAULT_IDLE_CONFIRMS
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    metrics_url: str
+    action: Action
+    cooldown: float = 600.0
+    budget: Budget = field(default_factory=Budget)
+    action_timeout: float = 120.0
+
+
+@dataclass(frozen=True)
+class RestarterConfig:
+    targets: tuple[Target, ...]
+    journal: str
+    listen: str = DEFAULT_LISTEN
+    token: str | None = None
+    insecure_no_auth: bool = False
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
+    restart_alerts: tuple[str, ...] = DEFAULT_RESTART_ALERTS
+    dry_run: bool = False
+    confirm: ConfirmSettings = field(default_factory=ConfirmSettings)
+    max_in_flight: int = 1
+    fleet_window: FleetWindow = field(default_factory=FleetWindow)
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    source: str = "<memory>"
+
+    def target(self, name: str) -> Target | None:
+        for target in self.targets:
+            if target.name == name:
+                return target
+        return None
+
+    @property
+    def host_port(self) -> tuple[str, int]:
+        return parse_listen(self.listen)
+
+
+class _Files:
+    """Paths of the config file, resolved next to it and checked on disk."""
+
+    def __init__(self, base_dir: Path) -> None:
+        self.base_dir = base_dir
+
+    def path(self, section: Section, key: str) -> str:
+        return str(self.base_dir / Path(section.string(key, required=True)).expanduser())
+
+    def existing_file(self, section: Section, key: str) -> str | None:
+        if not section.has(key):
+            return None
+        resolved = self.path(section, key)
+        if not Path(resolved).is_file():
+            raise section.error(key, f"file not found: {section.raw(key)}")
+        return resolved
+
+    def secret(self, section: Section, key: str) -> str | None:
+        """A file only its owner's group may read and only its owner may write."""
+        resolved = self.existing_file(section, key)
+        if resolved is None:
+            return None
+        mode = stat.S_IMODE(Path(resolved).stat().st_mode)
+        if mode & (stat.S_IROTH | stat.S_IWOTH | stat.S_IWGRP):
+            raise section.error(
+                key,
+                f"{section.raw(key)} has mode {mode:04o}: a secret must not be readable by "
+                "every user nor writable by its group (chmod 600, or 640 to share it with a group)",
+            )
+        return resolved
+
+    def token(self, section: Section, key: str) -> str | None:
+        resolved = self.secret(section, key)
+        if resolved is None:
+            return None
+        name = section.raw(key)
+        try:
+            token = Path(resolved).read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as error:
+            raise section.error(key, f"cannot read {name}: {error}") from None
+        if not token:
+            raise section.error(key, f"{name} is empty")
+        if any(ch.isspace() for ch in token) or not token.isascii():
+            raise section.error(key, f"{name} must hold one token of printable ASCII characters")
+        return token
+
+    def journal(self, section: Section, key: str) -> str:
+        resolved = Path(self.path(section, key))
+        if resolved.is_dir():
+            raise section.error(key, f"{resolved} is a directory, not a journal file")
+        for parent in resolved.parents:
+            if parent.exists():
+                if not parent.is_dir():
+                    raise section.error(key, f"{parent} is a file, not a directory")
+                break
+        return str(resolved)
+
+
+def _action(section: Section, files: _Files, action_timeout: float) -> Action:
+    kind = section.choice("kind", "", tuple(_ACTION_KEYS))
+    if kind == "command":
+        argv = section.raw("argv")
+        if not isinstance(argv, list):
+            raise section.error("argv", f"expected a list of strings, got {argv!r}")
+        program = section.string_list("argv", ())
+        if not program:
+            raise section.error("argv", "expected at least the program")
+        return CommandAction(argv=program)
+    if kind == "docker":
+        stop_timeout = section.duration("stop_timeout", 30.0, zero=True)
+        if stop_timeout >= action_timeout:
+            raise section.error("stop_timeout", "must be shorter than the target's action_timeout")
+        return DockerAction(
+            container=section.string("container", required=True),
+            socket=section.string("socket", DEFAULT_DOCKER_SOCKET),
+            stop_timeout=stop_timeout,
+        )
+    if kind == "systemd":
+        unit = section.string("unit", required=True)
+        if unit.startswith("-"):
+            raise section.error("unit", "a unit name cannot start with '-'")
+        return SystemdAction(unit=unit, user=section.boolean("user", False))
+    method = section.string("method", "POST").upper()
+    if method not in HTTP_METHODS:
+        raise section.error("method", f"expected one of {', '.join(HTTP_METHODS)}")
+    return HttpAction(
+        url=section.url("url"),
+        method=method,
+        bearer_token_file=files.secret(section, "bearer_token_file"),
+    )
+
+
+_ACTION_KEYS: dict[str, tuple[str, ...]] = {
+    "command": ("kind", "argv"),
+    "docker": ("kind", "container", "socket", "stop_timeout"),
+    "systemd": ("kind", "unit", "user"),
+    "http": ("kind", "url", "method", "bearer_token_file"),
+}
+_TARGET_KEYS = ("name", "metrics_url", "action", "cooldown", "budget", "action_timeout")
+
+
+def _target(section: Section, files: _Files) -> Target:
+    name = section.string("name", required=True)
+    metrics_url = section.url("metrics_url")
+    action_timeout = section.duration("action_timeout", 120.0)
+    raw_action = section.required("action")
+    kind = raw_action.get("kind") if isinstance(raw_action, dict) else None
+    if isinstance(raw_action, dict) and kind not in _ACTION_KEYS:
+        kinds = ", ".join(_ACTION_KEYS)
+        raise section.error("action.kind", f"expected one of {kinds}, got {kind!r}")
+    keys = _ACTION_KEYS[kind] if isinstance(kind, str) else ("kind",)
+    action = _action(section.section("action", keys), files, action_timeout)
+    budget = section.section("budget", ("max_restarts", "window"))
+    return Target(
+        name=name,
+        metrics_url=metrics_url,
+        action=action,
+        cooldown=section.duration("cooldown", 600.0, zero=True),
+        budget=Budget(
+            max_restarts=budget.integer("max_restarts", 3, minimum=1),
+            window=budget.duration("window", 3600.0),
+        ),
+        action_timeout=action_timeout,
+    )
+
+
+_TOP_KEYS = (
+    "listen",
+    "token_file",
+    "insecure_no_auth",
+    "tls_cert_file",
+    "tls_key_file",
+    "restart_alerts",
+    "journal",
+    "dry_run",
+    "confirm",
+    "max_in_flight",
+    "fleet_window",
+    "max_body_bytes",
+    "targets",
+)
+
+
+def restarter_config_from_mapping(data: object, source: str, base_dir: Path) -> RestarterConfig:
+    """Build and check the restarter's config; `source` names the file in every error."""
+    top = Section(source, "", data, _TOP_KEYS)
+    files = _Files(base_dir)
+    top.listen("listen", DEFAULT_LISTEN)  # checked here; the config keeps the text as written
+    insecure = top.boolean("insecure_no_auth", False)
+    token = files.token(top, "token_file")
+    if token is None and not insecure:
+        raise top.error("token_file", "is required (or set insecure_no_auth: true)")
+    cert = files.existing_file(top, "tls_cert_file")
+    key = files.existing_file(top, "tls_key_file")
+    if (cert is None) != (key is None):
+        raise top.error("tls_cert_file", "tls_cert_file and tls_key_file go together")
+    confirm = top.section("confirm", ("gap", "timeout", "idle_confirms"))
+    fleet = top.section("fleet_window", ("max_targets", "window"))
+    config = RestarterConfig(
+        targets=(),
+        journal=files.journal(top, "journal"),
+        listen=top.string("listen", DEFAULT_LISTEN),
+        token=token,
+        insecure_no_auth=insecure,
+        tls_cert_file=cert,
+        tls_key_file=key,
+        restart_alerts=top.string_list("restart_alerts", DEFAULT_RESTART_ALERTS),
+        dry_run=top.boolean("dry_run", False),
+        confirm=ConfirmSettings(
+            gap=confirm.duration("gap", 5.0, minimum=MIN_CONFIRM_GAP_SECONDS, why=_GAP_WHY),
+            timeout=confirm.duration("timeout", 3.0),
+            idle_confirms=confirm.string_list("idle_confirms", DEFAULT_IDLE_CONFIRMS),
+        ),
+        max_in_flight=top.integer("max_in_flight", 1, minimum=1),
+        fleet_window=FleetWindow(
+            max_targets=fleet.integer("max_targets", 2, minimum=1),
+            window=fleet.duration("window", 900.0),
+        ),
+        max_body_bytes=top.integer("max_body_bytes", DEFAULT_MAX_BODY_BYTES, minimum=1024),
+        source=source,
+    )
+    targets: list[Target] = []
+    for index, section in enumerate(top.sections("targets", _TARGET_KEYS, required=True)):
+        target = _target(section, files)
+        if target.name in {t.name for t in targets}:
+            raise ConfigError(
+                source, f"targets[{index}].name", f"duplicate target name {target.name!r}"
+            )
+        targets.append(target)
+    return replace(config, targets=tuple(targets))

@@ -1,0 +1,187 @@
+"""The layers hold: leaf < core < edges < face, proved by imports in a fresh interpreter and by ast.
+
+- the leaf (`stallwatch`, `stallwatch.common`) imports nothing of the project but `stallwatch`;
+- the core (`stallwatch.core`) imports only the leaf and the standard library, and loading it
+  loads no aiohttp, asyncio, sqlite3, subprocess or yaml;
+- the edges (`stallwatch.exporter`, `stallwatch.restarter`, `stallwatch.simulator`) import the
+  core and the leaf, never the face; the exporter never imports the restarter;
+- the face (`stallwatch.cli`, `demo*`, `replay*`, `localstack*`, `__main__`) sits on top;
+- no two subpackages import each other, directly or through others.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "stallwatch"
+LEAF, CORE, EDGE, FACE = 0, 1, 2, 3
+LAYER_NAMES = {LEAF: "leaf", CORE: "core", EDGE: "edge", FACE: "face"}
+EDGES = ("exporter", "restarter", "simulator")
+FACE_PREFIXES = ("cli", "demo", "replay", "localstack", "__main__")
+FORBIDDEN_IN_CORE = ("aiohttp", "asyncio", "sqlite3", "subprocess", "yaml")
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def project_modules() -> list[str]:
+    return sorted(module_name(path) for path in PACKAGE.rglob("*.py"))
+
+
+def group_of(module: str) -> str:
+    """The node of the layer graph a module belongs to: its subpackage, or a face module."""
+    parts = module.split(".")
+    return "stallwatch" if len(parts) == 1 else parts[1]
+
+
+def layer_of(group: str) -> int:
+    if group in ("stallwatch", "common"):
+        return LEAF
+    if group == "core":
+        return CORE
+    if group in EDGES:
+        return EDGE
+    if group.startswith(FACE_PREFIXES):
+        return FACE
+    raise AssertionError(f"stallwatch.{group} belongs to no layer: add it to test_layers.py")
+
+
+def imported_modules(module: str, known: set[str]) -> Iterator[str]:
+    """Project modules `module` imports anywhere in its source (functions included)."""
+    path = PACKAGE.parent / Path(*module.split("."))
+    file = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+    package = module if file.name == "__init__.py" else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(file.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            names = [f"{base}.{alias.name}" for alias in node.names] + [base]
+        else:
+            continue
+        for name in names:
+            while name and name not in known:
+                name = name.rpartition(".")[0]
+            if name and name.split(".")[0] == "stallwatch":
+                yield name
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Group -> the groups its modules import (itself left out)."""
+    modules = project_modules()
+    known = set(modules)
+    graph: dict[str, set[str]] = {group_of(m): set() for m in modules}
+    for module in modules:
+        for imported in imported_modules(module, known):
+            if group_of(imported) != group_of(module):
+                graph[group_of(module)].add(group_of(imported))
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, str] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = "open"
+        stack.append(node)
+        for target in sorted(graph.get(node, ())):
+            if state.get(target) == "open":
+                return [*stack[stack.index(target) :], target]
+            if target not in state and (cycle := visit(target)):
+                return cycle
+        stack.pop()
+        state[node] = "done"
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def loaded_after_import(module: str) -> set[str]:
+    """Every module in sys.modules after importing `module` in a fresh interpreter."""
+    code = (
+        "import importlib, json, sys\n"
+        f"importlib.import_module({module!r})\n"
+        "print(json.dumps(sorted(sys.modules)))\n"
+    )
+    completed = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+        cwd=PACKAGE.parent,
+    )
+    return set(json.loads(completed.stdout))
+
+
+def modules_of(group: str) -> list[str]:
+    return [m for m in project_modules() if group_of(m) == group]
+
+
+@pytest.mark.parametrize("module", modules_of("core"))
+def test_core_module_loads_no_io_library_and_no_edge(module: str) -> None:
+    """Importing a core module loads none of the I/O libraries and no edge or face module."""
+    loaded = loaded_after_import(module)
+    io = sorted({m.split(".")[0] for m in loaded} & set(FORBIDDEN_IN_CORE))
+    assert not io, f"{module} loads {io}"
+    project = [m for m in loaded if m.split(".")[0] == "stallwatch"]
+    outside = sorted(m for m in project if group_of(m) not in ("stallwatch", "common", "core"))
+    assert not outside, f"{module} loads {outside}"
+
+
+@pytest.mark.parametrize("module", ["stallwatch", *modules_of("common")])
+def test_leaf_module_loads_nothing_of_the_project_but_the_leaf(module: str) -> None:
+    """Importing the leaf loads only `stallwatch` and `stallwatch.common` of the project."""
+    loaded = loaded_after_import(module)
+    project = sorted(m for m in loaded if m.split(".")[0] == "stallwatch")
+    assert all(group_of(m) in ("stallwatch", "common") for m in project), project
+
+
+@pytest.mark.parametrize("module", modules_of("exporter"))
+def test_exporter_module_loads_no_restarter(module: str) -> None:
+    """Importing any exporter module loads no restarter module."""
+    loaded = loaded_after_import(module)
+    assert not [m for m in loaded if m.startswith("stallwatch.restarter")]
+
+
+def test_every_import_points_down_or_sideways_without_cycles() -> None:
+    """Statically: imports go down or sideways, never exporter -> restarter, and form no cycle."""
+    graph = import_graph()
+    upward = [
+        f"stallwatch.{source} ({LAYER_NAMES[layer_of(source)]}) imports "
+        f"stallwatch.{target} ({LAYER_NAMES[layer_of(target)]})"
+        for source, targets in sorted(graph.items())
+        for target in sorted(targets)
+        # The package root is the bottom of the leaf: it imports nothing of the project.
+        if source == "stallwatch" or layer_of(target) > layer_of(source)
+    ]
+    assert not upward, "\n".join(upward)
+    assert "restarter" not in graph["exporter"], "the exporter imports the restarter"
+    cycle = find_cycle(graph)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def test_the_graph_sees_the_imports_it_checks() -> None:
+    """The static graph is not empty by mistake: it sees edges known to exist."""
+    graph = import_graph()
+    assert {"core", "common", "stallwatch"} <= graph["exporter"]
+    assert "exporter" in graph["restarter"]
+    assert "common" in graph["core"]
