@@ -8,15 +8,9 @@ import pytest
 
 from stallwatch.cli import main
 from stallwatch.core.reading import parse_reading
-from stallwatch.replay import (
-    ReplayConfig,
-    ReplayResult,
-    Scheduler,
-    SimulatedServer,
-    engine_reading,
-    plan_traffic,
-    run_replay,
-)
+from stallwatch.replay import ReplayConfig, ReplayResult, engine_reading, plan_traffic, run_replay
+from stallwatch.replay.clock import Scheduler
+from stallwatch.replay.server import SimulatedServer
 from stallwatch.simulator.engine import SimRequest
 from stallwatch.simulator.metrics import EngineView, RenderOptions, render_payload
 
