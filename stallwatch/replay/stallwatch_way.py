@@ -15,11 +15,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from stallwatch.core.alerts import Alert
-from stallwatch.core.classify import State, Verdict, classify, down, with_probe_result
+from stallwatch.core.classify import State, Verdict, classify, down
 from stallwatch.core.confirmation import Confirmation, judge_confirmation
 from stallwatch.core.history import PollOutcome, TargetHistory
-from stallwatch.core.policy import History, PastDecision, PastRestart, decide, with_confirmation
+from stallwatch.core.policy import History, PastDecision, PastRestart, decide, decide_confirmed
+from stallwatch.core.probe import settle_probe
 from stallwatch.core.reading import Reading
+from stallwatch.core.rules import restart_alerts
 from stallwatch.replay.clock import Scheduler
 from stallwatch.replay.config import ReplayConfig
 from stallwatch.replay.server import SimulatedServer
@@ -31,8 +33,6 @@ from stallwatch.restarter.config import (
     Target,
 )
 
-STUCK_ALERT = "LLMServerStuck"
-UNRESPONSIVE_ALERT = "LLMServerUnresponsive"
 TARGET_NAME = "model-server"
 # Day zero of the replay, only used to write alert startsAt timestamps.
 EPOCH = 1_767_225_600.0  # 2026-01-01T00:00:00Z
@@ -121,20 +121,29 @@ class Stallwatch:
 
         def settle(later: float, verdict: Verdict = verdict, reading: Reading = reading) -> None:
             self._polling = False
-            if answered and answered[0] == 200:
-                settled = with_probe_result(verdict, True, "answered")
-                self._finish_poll(PollOutcome(settled, reading, later, later - now, 1, 0))
-                return
-            if request_id is not None:
-                self.server.give_up(request_id)
-            again = self.server.read(later)
-            if again is not None:
-                recheck = classify(reading, again)
-                if recheck.progressed and recheck.state != State.RESTARTED:
-                    self._finish_poll(PollOutcome(recheck, again, later, later - now, 1, 1))
-                    return
-            failed = with_probe_result(verdict, False, "no answer")
-            self._finish_poll(PollOutcome(failed, reading, later, later - now, 1, 1))
+            ok = bool(answered) and answered[0] == 200
+            reread = None
+            if not ok:
+                if request_id is not None:
+                    self.server.give_up(request_id)
+                reread = self.server.read(later)
+            settled = settle_probe(
+                verdict,
+                reading,
+                answered=ok,
+                detail="answered" if ok else "no answer",
+                reread=reread,
+            )
+            self._finish_poll(
+                PollOutcome(
+                    settled.verdict,
+                    settled.reading,
+                    later,
+                    later - now,
+                    probes_sent=1,
+                    probes_failed=settled.probes_failed,
+                )
+            )
 
         if request_id is None:
             settle(now)
@@ -154,11 +163,7 @@ class Stallwatch:
     def _evaluate(self, now: float) -> None:
         self.scheduler.at(now + self.config.evaluation_interval, self._evaluate)
         state, polls = self.scraped
-        firing = {
-            STUCK_ALERT: state == State.STALLED and polls >= 2,
-            UNRESPONSIVE_ALERT: state == State.UNRESPONSIVE and polls >= 2,
-        }
-        for alertname, is_firing in firing.items():
+        for alertname, is_firing in restart_alerts(state, polls).items():
             episode = self.episodes.get(alertname)
             if is_firing and episode is None:
                 episode = _Episode(alertname, now)
@@ -193,9 +198,10 @@ class Stallwatch:
         )
         self._receive(alert, now)
 
-    # The restarter: the real policy, then two fresh reads of the server, then the action.
+    # The restarter (Restarter.judge's steps): the cheap checks, two fresh reads of the server,
+    # the checks again with the reads' verdict, then the action.
 
-    def _journal_history(self, alert: Alert, now: float) -> History:
+    def _journal_history(self, alert: Alert) -> History:
         same = tuple(
             PastDecision(entry.time, entry.action, entry.reason)
             for entry in self.journal
@@ -209,14 +215,16 @@ class Stallwatch:
             self.skips[reason] += 1
 
     def _receive(self, alert: Alert, now: float) -> None:
-        decision = decide(alert, self.restarter, self._journal_history(alert, now), now)
+        decision = decide(alert, self.restarter, self._journal_history(alert), now)
         if not decision.restarts:
             self._record(alert, now, decision.action, decision.reason)
             return
         first = self.server.read(now)
         if first is None:
             confirmation = Confirmation(False, "down", "connection refused")
-            final = with_confirmation(decision, alert, self.restarter, confirmation)
+            final = decide_confirmed(
+                alert, self.restarter, self._journal_history(alert), now, confirmation
+            )
             self._record(alert, now, final.action, final.reason)
             return
 
@@ -226,7 +234,9 @@ class Stallwatch:
                 confirmation = Confirmation(False, "down", "connection refused")
             else:
                 confirmation = judge_confirmation(classify(first, again))
-            final = with_confirmation(decision, alert, self.restarter, confirmation)
+            final = decide_confirmed(
+                alert, self.restarter, self._journal_history(alert), later, confirmation
+            )
             self._record(alert, later, final.action, final.reason)
             if final.restarts:
                 self.past_restarts.append(
