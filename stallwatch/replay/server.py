@@ -98,10 +98,7 @@ class SimulatedServer:
     def is_busy(self, now: float) -> bool:
         """Serving real work: up, not hung, and requests running or waiting."""
         return (
-            self.is_up(now)
-            and not self.hung
-            and self.engine is not None
-            and (self.engine.has_work())
+            self.is_up(now) and not self.hung and self.engine is not None and self.engine.has_work()
         )
 
     def next_step_at(self, now: float) -> float:

@@ -71,7 +71,6 @@ class Traffic:
         self.server = server
         self.scheduler = scheduler
         self._sizes = itertools.cycle(plan.batch_sizes)
-        self._pending_hangs = list(plan.hang_times)
 
     def start(self) -> None:
         for start, end, concurrency in self.plan.batch_phases:
