@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
 from stallwatch.cli import main
 from stallwatch.core.reading import parse_reading
-from stallwatch.replay import ReplayConfig, ReplayResult, engine_reading, plan_traffic, run_replay
+from stallwatch.replay import (
+    ReplayConfig,
+    ReplayResult,
+    engine_reading,
+    plan_traffic,
+    run_replay,
+    stallwatch_way,
+)
 from stallwatch.replay.clock import Scheduler
 from stallwatch.replay.server import SimulatedServer
 from stallwatch.simulator.engine import SimRequest
@@ -112,3 +120,21 @@ def test_cli_rejects_a_bad_number(capsys: pytest.CaptureFixture[str]) -> None:
         main(["replay", "--hours", "0"])
     assert exit_info.value.code == 2
     assert "'0'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("step", ["settle_probe", "restart_alerts", "decide_confirmed"])
+def test_stallwatchs_way_calls_the_pipelines_own_step(
+    step: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The replay decides through the core's own steps, not copies: each is called on a hung day."""
+    calls: list[object] = []
+    real = getattr(stallwatch_way, step)
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        calls.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(stallwatch_way, step, spy)
+    result = run_replay(ReplayConfig(seed=4, hours=4, load=0, interactive_per_hour=0))
+    assert result.new.true_restarts == 1
+    assert calls
