@@ -22,7 +22,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "stallwatch.restarter.cli",
     "stallwatch.simulator.cli",
     "stallwatch.demo.cli",
-    "stallwatch.replay_cli",
+    "stallwatch.replay.cli",
 )
 
 

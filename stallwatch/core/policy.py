@@ -3,7 +3,8 @@
 `decide` runs the cheap checks in order (restart alert, target label, allow-list, duplicate,
 cooldown, budget, fleet limits) against a `History` read from the journal. Only when they
 all pass does the caller spend two reads of the target on a confirmation, then
-`with_confirmation` turns that into the final decision (confirmed, then dry run).
+`decide_confirmed` runs the checks again and `with_confirmation` turns the reads into the
+final decision (confirmed, then dry run).
 No I/O and no clock: `now` is passed in.
 """
 
@@ -191,3 +192,18 @@ def with_confirmation(
     if config.dry_run:
         return _skip("dry_run", f"would restart: {confirmation.detail}")
     return Decision("restart", CONFIRMED, confirmation.detail)
+
+
+def decide_confirmed(
+    alert: Alert,
+    config: RestarterConfig,
+    history: History,
+    now: float,
+    confirmation: Confirmation,
+) -> Decision:
+    """The final decision once the confirmation reads are back: `decide` again, then judge them.
+
+    The reads take seconds, so the cheap checks run again on a `history` read at `now`: another
+    restart decided meanwhile (for this target or the fleet) must still stop this one.
+    """
+    return with_confirmation(decide(alert, config, history, now), alert, config, confirmation)

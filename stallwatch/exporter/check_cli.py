@@ -26,6 +26,7 @@ from stallwatch.common.exporter_config import (
 )
 from stallwatch.core.classify import State
 from stallwatch.core.history import TargetHistory
+from stallwatch.core.rules import POLLS_TO_FIRE, RESTART_ALERT_STATES, restart_alerts
 from stallwatch.exporter.fetch import DEFAULT_MAX_BYTES
 from stallwatch.exporter.poll import poll_once
 
@@ -68,8 +69,8 @@ class CheckResult:
 
 def _needs_another_poll(history: TargetHistory) -> bool:
     state = history.state
-    if state in (State.STALLED, State.UNRESPONSIVE):
-        return history.state_polls < 2
+    if state in RESTART_ALERT_STATES.values():
+        return history.state_polls < POLLS_TO_FIRE
     return state in (State.UNKNOWN, State.RESTARTED) or (history.polls == 1 and state is None)
 
 
@@ -77,7 +78,7 @@ def exit_code_for(history: TargetHistory) -> int:
     state = history.state
     if state in HEALTHY:
         return EXIT_OK
-    if state in (State.STALLED, State.UNRESPONSIVE) and history.state_polls >= 2:
+    if any(restart_alerts(state, history.state_polls).values()):
         return EXIT_STUCK
     if state == State.DOWN:
         return EXIT_DOWN

@@ -9,6 +9,7 @@ import aiohttp
 from stallwatch.common.exporter_config import TargetConfig
 from stallwatch.core.classify import State, Verdict, classify, down, with_probe_result
 from stallwatch.core.history import PollOutcome
+from stallwatch.core.probe import settle_probe
 from stallwatch.core.reading import Reading
 from stallwatch.exporter.fetch import models_answer, read_metrics, send_probe
 
@@ -83,17 +84,18 @@ async def poll_once(
         endpoint=target.probe.endpoint,
         timeout=target.probe.timeout_seconds,
     )
-    if probe.succeeded:
-        return outcome(with_probe_result(verdict, True, probe.detail), reading, probes_sent=1)
-    # Work may have arrived while the test request waited: a fresh read that shows the
-    # engine moving overrules the failed request, so a busy server is never unresponsive.
-    again = await read_metrics(
-        session, target.metrics_url, timeout=target.timeout_seconds, max_bytes=max_payload_bytes
+    reread = None
+    if not probe.succeeded:
+        again = await read_metrics(
+            session,
+            target.metrics_url,
+            timeout=target.timeout_seconds,
+            max_bytes=max_payload_bytes,
+        )
+        reread = again.reading
+    settled = settle_probe(
+        verdict, reading, answered=probe.succeeded, detail=probe.detail, reread=reread
     )
-    if again.reading is not None and again.reading.has_engines:
-        recheck = classify(reading, again.reading)
-        if recheck.progressed and recheck.state != State.RESTARTED:
-            return outcome(recheck, again.reading, probes_sent=1, probes_failed=1)
     return outcome(
-        with_probe_result(verdict, False, probe.detail), reading, probes_sent=1, probes_failed=1
+        settled.verdict, settled.reading, probes_sent=1, probes_failed=settled.probes_failed
     )

@@ -23,7 +23,7 @@ from stallwatch import USER_AGENT
 from stallwatch.common.restarter_config import RestarterConfig, Target
 from stallwatch.core.alerts import Alert, Notification, PayloadError, parse_notification
 from stallwatch.core.confirmation import Confirmation
-from stallwatch.core.policy import Decision, History, decide, lookback_seconds, with_confirmation
+from stallwatch.core.policy import Decision, History, decide, decide_confirmed, lookback_seconds
 from stallwatch.restarter.actions import ActionOutcome, ActionRunner
 from stallwatch.restarter.confirm import confirm_stall
 from stallwatch.restarter.journal import Journal
@@ -162,8 +162,9 @@ class Restarter:
             # Other targets may have restarted during the reads: check again, and write the
             # decision with no await in between, so no other decision can slip in.
             now = self.clock()
-            decision = decide(alert, self.config, self._history(alert, now), now)
-            decision = with_confirmation(decision, alert, self.config, confirmation)
+            decision = decide_confirmed(
+                alert, self.config, self._history(alert, now), now, confirmation
+            )
             return self._conclude(alert, decision, notification, target)
 
     def _conclude(

@@ -19,7 +19,6 @@ import random
 from collections import deque
 from dataclasses import dataclass, field
 
-FINISHED_REASONS = ("stop", "length", "abort", "error", "repetition")
 BLOCK_SIZE = 128
 # A step never takes less than this, so a catch-up after a stalled event loop stays bounded.
 MIN_STEP_SECONDS = 0.0005

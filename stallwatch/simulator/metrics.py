@@ -25,7 +25,6 @@ from stallwatch.simulator.engine import BLOCK_SIZE, EngineStats
 
 CONTENT_TYPE = "text/plain; version=1.0.0; charset=utf-8"
 FAMILIES_RESOURCE = "vllm_0_32_families.json"
-SLEEP_STATES = ("awake", "weights_offloaded", "discard_all")
 
 
 @cache

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -12,12 +13,13 @@ from stallwatch.core.reading import parse_reading
 from stallwatch.replay import (
     ReplayConfig,
     ReplayResult,
-    Scheduler,
-    SimulatedServer,
     engine_reading,
     plan_traffic,
     run_replay,
+    stallwatch_way,
 )
+from stallwatch.replay.clock import Scheduler
+from stallwatch.replay.server import SimulatedServer
 from stallwatch.simulator.engine import SimRequest
 from stallwatch.simulator.metrics import EngineView, RenderOptions, render_payload
 
@@ -119,3 +121,21 @@ def test_cli_rejects_a_bad_number(capsys: pytest.CaptureFixture[str]) -> None:
         main(["replay", "--hours", "0"])
     assert exit_info.value.code == EXIT_USAGE
     assert "'0'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("step", ["settle_probe", "restart_alerts", "decide_confirmed"])
+def test_stallwatchs_way_calls_the_pipelines_own_step(
+    step: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The replay decides through the core's own steps, not copies: each is called on a hung day."""
+    calls: list[object] = []
+    real = getattr(stallwatch_way, step)
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        calls.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(stallwatch_way, step, spy)
+    result = run_replay(ReplayConfig(seed=4, hours=4, load=0, interactive_per_hour=0))
+    assert result.new.true_restarts == 1
+    assert calls

@@ -1,0 +1,32 @@
+"""The two restart alerts of `prometheus/alerts.yml`, evaluated on the exporter's own figures.
+
+The exporter counts consecutive polls in one state (`TargetHistory.state_polls`, published as
+`stallwatch_target_state_polls`); each rule fires while the state is its own and that count has
+reached `POLLS_TO_FIRE`. A unit test holds the rule file to these constants.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+
+from stallwatch.core.classify import State
+
+STUCK_ALERT = "LLMServerStuck"
+UNRESPONSIVE_ALERT = "LLMServerUnresponsive"
+# The state each restart alert watches, in the order of the rule file.
+RESTART_ALERT_STATES: Mapping[str, State] = MappingProxyType(
+    {STUCK_ALERT: State.STALLED, UNRESPONSIVE_ALERT: State.UNRESPONSIVE}
+)
+# "Two consecutive polls": never on one poll alone.
+POLLS_TO_FIRE = 2
+
+
+def restart_alert_fires(alertname: str, state: State | None, state_polls: int) -> bool:
+    """Whether the rule `alertname` fires for a target in `state` for `state_polls` polls."""
+    return state == RESTART_ALERT_STATES[alertname] and state_polls >= POLLS_TO_FIRE
+
+
+def restart_alerts(state: State | None, state_polls: int) -> dict[str, bool]:
+    """Every restart alert, in rule-file order, and whether it fires."""
+    return {name: restart_alert_fires(name, state, state_polls) for name in RESTART_ALERT_STATES}

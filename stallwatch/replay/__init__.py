@@ -1,0 +1,37 @@
+"""A deterministic, virtual-time replay of one day on one model server: the old way vs stallwatch.
+
+Pure model, no I/O and no real clock. One simulated server (the simulator's own engine model,
+`simulator.engine.Engine`, driven by a virtual clock) serves the same traffic twice:
+
+- the **old way** (`old_way`): watchdogs that send real requests and restart on failures, plus
+  one that restarts on HTTP 500s;
+- the **new way** (`stallwatch_way`): stallwatch, calling the project's own pure steps for
+  every decision: the exporter's `classify`, `settle_probe` and `TargetHistory` on `Reading`s of
+  the engine's counters, the restart alerts' condition (`restart_alerts`), and the restarter's
+  `decide` then `decide_confirmed` on two fresh reads (`judge_confirmation`). Only the timing of
+  Prometheus and Alertmanager is modelled (scrape, evaluation, group_wait, group_interval,
+  repeat_interval).
+
+The engine advances `tokens_per_step` tokens per request per step (time scaled to match), so
+that a whole day runs in about a second; what the decisions read (which counters moved between
+two reads 15 s apart) is unchanged by that.
+
+Modules: `config` (the settings), `clock` (the virtual clock), `server` (the simulated server),
+`traffic` (the seeded plan and its replay), `old_way`, `stallwatch_way`, `day` (running both
+ways), `report` (table and JSON), `cli` (`stallwatch replay`).
+"""
+
+from stallwatch.replay.config import ReplayConfig
+from stallwatch.replay.day import HangOutcome, ReplayResult, WayResult, run_replay
+from stallwatch.replay.server import engine_reading
+from stallwatch.replay.traffic import plan_traffic
+
+__all__ = [
+    "HangOutcome",
+    "ReplayConfig",
+    "ReplayResult",
+    "WayResult",
+    "engine_reading",
+    "plan_traffic",
+    "run_replay",
+]

@@ -1,0 +1,59 @@
+"""The replayed day's settings: the server, the traffic, and both ways of watching it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ReplayConfig:
+    """The server, the traffic, and both ways of watching it. Times in seconds."""
+
+    seed: int = 1
+    hours: float = 24.0
+    load: float = 1.0  # batch intensity: 1.0 = two to four long requests, most of the day
+    # The server: ~8 tokens/s for one request, decode speed shared by the running requests.
+    tokens_per_second: float = 8.0
+    prefill_tokens_per_second: float = 1500.0
+    max_num_seqs: int = 4
+    restart_load_seconds: float = 360.0  # ~19 GB of weights to load
+    tokens_per_step: int = 8
+    # The traffic.
+    batch_busy_fraction: float = 0.5
+    batch_prompt_tokens: tuple[int, int] = (1500, 3000)
+    batch_max_tokens: tuple[int, int] = (1500, 3000)
+    batch_retry_seconds: float = 30.0
+    interactive_per_hour: float = 20.0
+    interactive_prompt_tokens: tuple[int, int] = (100, 800)
+    interactive_max_tokens: tuple[int, int] = (50, 400)
+    hangs_per_day: float = 3.0
+    min_hang_spacing_seconds: float = 2700.0
+    # The old way.
+    chat_check_interval: float = 300.0
+    chat_check_timeout: float = 45.0
+    chat_check_failures: int = 5
+    check_max_tokens: int = 32
+    timer_intervals: tuple[float, ...] = (300.0, 600.0, 900.0, 1800.0)
+    timer_check_timeout: float = 60.0
+    timer_check_failures: int = 3
+    busy_flag_set: bool = False  # the batch job never sets it
+    error_check_interval: float = 60.0
+    error_window: float = 600.0
+    error_pressure: float = 20.0  # restart after ceil(pressure / errors) checks with errors
+    # The new way.
+    exporter_interval: float = 15.0
+    probe_timeout: float = 10.0
+    scrape_interval: float = 15.0
+    evaluation_interval: float = 15.0
+    group_wait: float = 5.0
+    group_interval: float = 60.0
+    repeat_interval: float = 3600.0
+    confirm_gap: float = 5.0
+    cooldown: float = 600.0
+    budget_max_restarts: int = 3
+    budget_window: float = 3600.0
+    action_seconds: float = 2.0
+
+    @property
+    def duration(self) -> float:
+        return self.hours * 3600.0

@@ -1,0 +1,145 @@
+"""Run one replayed day twice, the old way and stallwatch's way, and gather what each did."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from dataclasses import dataclass
+
+from stallwatch.replay.clock import Scheduler
+from stallwatch.replay.config import ReplayConfig
+from stallwatch.replay.old_way import ErrorWatchdog, RequestWatchdog
+from stallwatch.replay.server import SimulatedServer
+from stallwatch.replay.stallwatch_way import Stallwatch
+from stallwatch.replay.traffic import Traffic, TrafficPlan, plan_traffic
+
+
+@dataclass(frozen=True)
+class HangOutcome:
+    """One real engine hang: when it began, and how long it lasted until a restart ended it."""
+
+    started_at: float
+    caught_after: float | None  # None: still hung at the end of the day
+    lasted: float
+
+
+@dataclass(frozen=True)
+class WayResult:
+    """What one way of watching did to the server over the day."""
+
+    name: str
+    restarts: int
+    false_restarts: int
+    true_restarts: int
+    failed_500: int
+    refused_while_loading: int
+    test_requests: int
+    test_requests_to_busy_server: int
+    minutes_loading: float
+    minutes_hung: float
+    hangs: tuple[HangOutcome, ...]
+    completed_requests: int
+    restarts_by: dict[str, int]
+    restarter_skips: dict[str, int]
+
+    @property
+    def minutes_down(self) -> float:
+        return self.minutes_loading + self.minutes_hung
+
+    @property
+    def hangs_caught(self) -> int:
+        return sum(1 for hang in self.hangs if hang.caught_after is not None)
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    config: ReplayConfig
+    old: WayResult
+    new: WayResult
+    hang_times: tuple[float, ...]
+    batch_phases: tuple[tuple[float, float, int], ...]
+
+
+def _run_way(config: ReplayConfig, plan: TrafficPlan, way: str) -> WayResult:
+    scheduler = Scheduler()
+    server = SimulatedServer(config, scheduler)
+    Traffic(plan, server, scheduler).start()
+    rng = random.Random(f"stallwatch-replay-phases-{config.seed}")
+    stallwatch: Stallwatch | None = None
+    if way == "old":
+        RequestWatchdog(
+            "chat watchdog",
+            server,
+            scheduler,
+            interval=config.chat_check_interval,
+            timeout=config.chat_check_timeout,
+            failures=config.chat_check_failures,
+            phase=rng.uniform(0, config.chat_check_interval),
+            skip_when_busy_flag=False,
+        )
+        for interval in config.timer_intervals:
+            RequestWatchdog(
+                f"{interval / 60:g}-minute timer",
+                server,
+                scheduler,
+                interval=interval,
+                timeout=config.timer_check_timeout,
+                failures=config.timer_check_failures,
+                phase=rng.uniform(0, interval),
+                skip_when_busy_flag=True,
+            )
+        ErrorWatchdog(server, scheduler, rng.uniform(0, config.error_check_interval))
+    else:
+        stallwatch = Stallwatch(server, scheduler, rng)
+
+    end = config.duration
+    while True:
+        next_event = scheduler.next_time()
+        now = min(next_event, server.next_step_at(next_event))
+        if now > end:
+            break
+        server.advance_to(now)
+        while scheduler.next_time() <= now:
+            when, action = scheduler.pop()
+            action(when)
+    server.finish(end)
+
+    hangs = tuple(
+        HangOutcome(
+            started_at=start,
+            caught_after=None if stop is None else stop - start,
+            lasted=(end if stop is None else stop) - start,
+        )
+        for start, stop in server.hangs
+    )
+    true_restarts = sum(1 for _t, _by, was_hung in server.restarts if was_hung)
+    return WayResult(
+        name=way,
+        restarts=len(server.restarts),
+        false_restarts=len(server.restarts) - true_restarts,
+        true_restarts=true_restarts,
+        failed_500=server.failed_500,
+        refused_while_loading=server.refused,
+        test_requests=server.test_requests,
+        test_requests_to_busy_server=server.test_requests_to_busy,
+        minutes_loading=server.loading_seconds / 60.0,
+        minutes_hung=sum(hang.lasted for hang in hangs) / 60.0,
+        hangs=hangs,
+        completed_requests=server.completed,
+        restarts_by=dict(Counter(by for _t, by, _hung in server.restarts)),
+        restarter_skips=dict(stallwatch.skips) if stallwatch is not None else {},
+    )
+
+
+def run_replay(config: ReplayConfig) -> ReplayResult:
+    """Replay the same day the old way and the new way; deterministic for a given config."""
+    if config.hours <= 0 or config.load < 0 or config.tokens_per_step < 1:
+        raise ValueError("hours must be > 0, load >= 0 and tokens_per_step >= 1")
+    plan = plan_traffic(config)
+    return ReplayResult(
+        config=config,
+        old=_run_way(config, plan, "old"),
+        new=_run_way(config, plan, "new"),
+        hang_times=plan.hang_times,
+        batch_phases=plan.batch_phases,
+    )

@@ -1,0 +1,194 @@
+"""One simulated model server on the virtual clock: the simulator's engine, hangs, slow restarts."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from stallwatch.core.reading import EngineSample, Reading
+from stallwatch.replay.clock import Scheduler
+from stallwatch.replay.config import ReplayConfig
+from stallwatch.simulator.engine import Engine, EngineConfig, SimRequest, TokenEvent
+from stallwatch.simulator.metrics import load_families
+
+MODEL_NAME = "model"
+
+Done = Callable[[float, int], None]  # (time, HTTP status); 200 = answered, 0 = refused
+
+
+@dataclass
+class _Pending:
+    kind: str
+    done: Done
+
+
+def engine_reading(engine: Engine, process_start_time: float, taken_at: float) -> Reading:
+    """What the exporter's parser reads from this engine's `/metrics` (same values, no text)."""
+    stats = engine.stats
+    gauges = stats.gauges
+    completed = stats.labelled_counters.get("vllm:request_success", {})
+    sample = EngineSample(
+        model_name=MODEL_NAME,
+        engine="0",
+        running=gauges.get("vllm:num_requests_running"),
+        waiting=gauges.get("vllm:num_requests_waiting"),
+        kv_cache_usage=gauges.get("vllm:kv_cache_usage_perc"),
+        awake=1.0 if engine.sleep_level == 0 else 0.0,
+        steps=float(stats.histograms["vllm:iteration_tokens_total"].count),
+        generation_tokens=stats.counters.get("vllm:generation_tokens", 0.0),
+        prompt_tokens=stats.counters.get("vllm:prompt_tokens", 0.0),
+        requests_completed=sum(completed.values()),
+        preemptions=stats.counters.get("vllm:num_preemptions", 0.0),
+    )
+    return Reading(taken_at=taken_at, engines=(sample,), process_start_time=process_start_time)
+
+
+class SimulatedServer:
+    """One model server on the virtual clock: engine, restarts that take minutes, hangs."""
+
+    def __init__(self, config: ReplayConfig, scheduler: Scheduler) -> None:
+        self.config = config
+        self.scheduler = scheduler
+        self._families = load_families()
+        self._ids = itertools.count(1)
+        self._pending: dict[str, _Pending] = {}
+        self.engine: Engine | None = None
+        self.process_start_time = 0.0
+        self.up_at = 0.0
+        self.hung_since: float | None = None
+        self.restarts: list[tuple[float, str, bool]] = []  # (time, by whom, was it hung)
+        self.hangs: list[tuple[float, float | None]] = []  # (start, end)
+        self.loading_seconds = 0.0
+        self.failed_500 = 0
+        self.refused = 0
+        self.completed = 0
+        self.test_requests = 0
+        self.test_requests_to_busy = 0
+        self.error_times: list[float] = []
+        self._boot(0.0)
+
+    def _engine_config(self) -> EngineConfig:
+        step = self.config.tokens_per_step
+        return EngineConfig(
+            max_num_seqs=self.config.max_num_seqs,
+            max_num_batched_tokens=max(1, 2048 // step),
+            tokens_per_second=self.config.tokens_per_second / step,
+            prefill_tokens_per_second=self.config.prefill_tokens_per_second / step,
+            kv_cache_tokens=1_048_576 // step,
+            max_model_len=8192,
+        )
+
+    def _boot(self, now: float) -> None:
+        self.engine = Engine(self._engine_config(), self._families, now)
+
+    def _chunks(self, tokens: int) -> int:
+        return max(1, math.ceil(tokens / self.config.tokens_per_step))
+
+    # State.
+
+    def is_up(self, now: float) -> bool:
+        return self.engine is not None and now >= self.up_at
+
+    @property
+    def hung(self) -> bool:
+        return self.hung_since is not None
+
+    def is_busy(self, now: float) -> bool:
+        """Serving real work: up, not hung, and requests running or waiting."""
+        return (
+            self.is_up(now) and not self.hung and self.engine is not None and self.engine.has_work()
+        )
+
+    def next_step_at(self, now: float) -> float:
+        engine = self.engine
+        if engine is None or self.hung or not self.is_up(now) or not engine.has_work():
+            return math.inf
+        return max(engine.next_step_at, self.up_at)
+
+    def advance_to(self, now: float) -> None:
+        if self.engine is None or self.hung or not self.is_up(now):
+            return
+        self._deliver(self.engine.advance_to(now), now)
+
+    def _deliver(self, events: list[TokenEvent], now: float) -> None:
+        for event in events:
+            if event.finish_reason is None:
+                continue
+            pending = self._pending.pop(event.request_id, None)
+            if pending is not None:
+                if pending.kind != "test":
+                    self.completed += 1
+                pending.done(now, 200)
+
+    def read(self, now: float) -> Reading | None:
+        """A read of `/metrics`, or None while the server is loading (port closed)."""
+        if self.engine is None or not self.is_up(now):
+            return None
+        return engine_reading(self.engine, self.process_start_time, now)
+
+    # Requests.
+
+    def submit(
+        self, kind: str, prompt_tokens: int, max_tokens: int, now: float, done: Done
+    ) -> str | None:
+        """Send a request; `done(time, status)` is called when it ends. None: refused."""
+        if kind == "test":
+            self.test_requests += 1
+            if self.is_busy(now):
+                self.test_requests_to_busy += 1
+        if self.engine is None or not self.is_up(now):
+            if kind == "interactive":
+                self.refused += 1
+            done(now, 0)
+            return None
+        request_id = f"r{next(self._ids)}"
+        request = SimRequest(
+            request_id, self._chunks(prompt_tokens), self._chunks(max_tokens), True, now
+        )
+        self._pending[request_id] = _Pending(kind, done)
+        self.engine.submit(request, now)
+        return request_id
+
+    def give_up(self, request_id: str) -> bool:
+        """The client stopped waiting (its timeout). False if the request had already ended."""
+        if self._pending.pop(request_id, None) is None:
+            return False
+        if self.engine is not None and not self.hung:
+            self.engine.abort(request_id)  # a hung engine core never processes the abort
+        return True
+
+    # Faults and restarts.
+
+    def hang(self, now: float) -> None:
+        self.hung_since = now
+        self.hangs.append((now, None))
+
+    def restart(self, now: float, by: str) -> None:
+        """Kill and start the server: requests in flight fail with 500, weights load again."""
+        was_hung = self.hung
+        if self.hung_since is not None:
+            self.hangs[-1] = (self.hung_since, now)
+            self.hung_since = None
+        self.restarts.append((now, by, was_hung))
+        if not self.is_up(now):  # restarted while still loading: that load is lost
+            self.loading_seconds -= self.up_at - now
+        failed = list(self._pending.items())
+        self._pending.clear()
+        self.engine = None
+        self.up_at = now + self.config.restart_load_seconds
+        self.loading_seconds += self.config.restart_load_seconds
+        self.process_start_time = now
+        self._boot(self.up_at)
+        for _request_id, pending in failed:
+            if pending.kind != "test":
+                self.failed_500 += 1
+            self.error_times.append(now)
+            pending.done(now, 500)
+
+    def finish(self, end: float) -> None:
+        if self.up_at > end:
+            self.loading_seconds -= self.up_at - end
+        if self.hung_since is not None:
+            self.hangs[-1] = (self.hung_since, None)

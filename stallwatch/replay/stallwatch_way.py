@@ -1,0 +1,247 @@
+"""The new way: stallwatch's own decision code, with Prometheus and Alertmanager timing modelled.
+
+Every decision is the project's own pure step: the exporter's `classify`, `settle_probe` and
+`TargetHistory`; the restart alerts' condition (`restart_alerts`); the restarter's `decide`,
+then `decide_confirmed` on two fresh reads judged by `judge_confirmation`. Only the timing of
+Prometheus (scrape, evaluation) and Alertmanager (group_wait, group_interval, repeat_interval)
+is modelled here.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from stallwatch.common.restarter_config import (
+    Budget,
+    CommandAction,
+    ConfirmSettings,
+    RestarterConfig,
+    Target,
+)
+from stallwatch.core.alerts import Alert
+from stallwatch.core.classify import State, Verdict, classify, down
+from stallwatch.core.confirmation import Confirmation, judge_confirmation
+from stallwatch.core.history import PollOutcome, TargetHistory
+from stallwatch.core.policy import History, PastDecision, PastRestart, decide, decide_confirmed
+from stallwatch.core.probe import settle_probe
+from stallwatch.core.reading import Reading
+from stallwatch.core.rules import restart_alerts
+from stallwatch.replay.clock import Scheduler
+from stallwatch.replay.config import ReplayConfig
+from stallwatch.replay.server import SimulatedServer
+
+TARGET_NAME = "model-server"
+# Day zero of the replay, only used to write alert startsAt timestamps.
+EPOCH = 1_767_225_600.0  # 2026-01-01T00:00:00Z
+
+
+def _rfc3339(seconds: float) -> str:
+    return datetime.fromtimestamp(EPOCH + seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def restarter_config(config: ReplayConfig) -> RestarterConfig:
+    """The restarter's configuration for the replayed server (its shipped defaults)."""
+    target = Target(
+        name=TARGET_NAME,
+        metrics_url="http://model-server:8000/metrics",
+        action=CommandAction(argv=("systemctl", "restart", "model-server")),
+        cooldown=config.cooldown,
+        budget=Budget(max_restarts=config.budget_max_restarts, window=config.budget_window),
+    )
+    return RestarterConfig(
+        targets=(target,),
+        journal="replay",
+        insecure_no_auth=True,
+        confirm=ConfirmSettings(gap=config.confirm_gap),
+    )
+
+
+@dataclass
+class _Episode:
+    alertname: str
+    starts_at: float
+    last_sent: float | None = None
+
+
+@dataclass
+class _JournalEntry:
+    time: float
+    fingerprint: str
+    starts_at: str
+    action: str
+    reason: str
+
+
+class Stallwatch:
+    """Exporter, alert rule, Alertmanager timing and restarter, on the virtual clock."""
+
+    def __init__(self, server: SimulatedServer, scheduler: Scheduler, rng: random.Random) -> None:
+        self.server = server
+        self.scheduler = scheduler
+        self.config = server.config
+        self.restarter = restarter_config(self.config)
+        self.history = TargetHistory()
+        self.scraped: tuple[State | None, int] = (None, 0)
+        self.episodes: dict[str, _Episode] = {}
+        self.last_flush: dict[str, float] = {}
+        self.journal: list[_JournalEntry] = []
+        self.past_restarts: list[PastRestart] = []
+        self.skips: Counter[str] = Counter()
+        self._polling = False
+        scheduler.at(rng.uniform(0, self.config.exporter_interval), self._poll)
+        scheduler.at(rng.uniform(0, self.config.scrape_interval), self._scrape)
+        scheduler.at(rng.uniform(0, self.config.evaluation_interval), self._evaluate)
+
+    # The exporter (exporter/poll.py's steps, with the real pure functions).
+
+    def _poll(self, now: float) -> None:
+        self.scheduler.at(now + self.config.exporter_interval, self._poll)
+        if self._polling:  # the previous poll still waits for its test request: skip a tick
+            return
+        reading = self.server.read(now)
+        if reading is None:
+            self._finish_poll(
+                PollOutcome(
+                    down("/metrics: connection refused"), None, now, 0.0, error_reason="connection"
+                )
+            )
+            return
+        verdict = classify(self.history.baseline, reading)
+        if not verdict.probe_needed:
+            self._finish_poll(PollOutcome(verdict, reading, now, 0.0))
+            return
+        self._polling = True
+        answered: list[int] = []
+        request_id = self.server.submit(
+            "test", 1, 1, now, lambda _t, status: answered.append(status)
+        )
+
+        def settle(later: float, verdict: Verdict = verdict, reading: Reading = reading) -> None:
+            self._polling = False
+            ok = bool(answered) and answered[0] == 200
+            reread = None
+            if not ok:
+                if request_id is not None:
+                    self.server.give_up(request_id)
+                reread = self.server.read(later)
+            settled = settle_probe(
+                verdict,
+                reading,
+                answered=ok,
+                detail="answered" if ok else "no answer",
+                reread=reread,
+            )
+            self._finish_poll(
+                PollOutcome(
+                    settled.verdict,
+                    settled.reading,
+                    later,
+                    later - now,
+                    probes_sent=1,
+                    probes_failed=settled.probes_failed,
+                )
+            )
+
+        if request_id is None:
+            settle(now)
+        else:
+            # The answer comes within one step when the engine works; give it until the timeout.
+            self.scheduler.at(now + self.config.probe_timeout, settle)
+
+    def _finish_poll(self, outcome: PollOutcome) -> None:
+        self.history = self.history.advance(outcome)
+
+    # Prometheus: scrape the exporter, evaluate the alert rules.
+
+    def _scrape(self, now: float) -> None:
+        self.scheduler.at(now + self.config.scrape_interval, self._scrape)
+        self.scraped = (self.history.state, self.history.state_polls)
+
+    def _evaluate(self, now: float) -> None:
+        self.scheduler.at(now + self.config.evaluation_interval, self._evaluate)
+        state, polls = self.scraped
+        for alertname, is_firing in restart_alerts(state, polls).items():
+            episode = self.episodes.get(alertname)
+            if is_firing and episode is None:
+                episode = _Episode(alertname, now)
+                self.episodes[alertname] = episode
+                self._schedule_flush(alertname, now + self.config.group_wait)
+            elif is_firing and episode is not None and episode.last_sent is not None:
+                if now - episode.last_sent >= self.config.repeat_interval:
+                    self._schedule_flush(alertname, now)
+            elif not is_firing and episode is not None:
+                del self.episodes[alertname]  # resolved: journaled, never acted on
+
+    # Alertmanager: one group per alert name and target.
+
+    def _schedule_flush(self, alertname: str, earliest: float) -> None:
+        last = self.last_flush.get(alertname)
+        when = earliest if last is None else max(earliest, last + self.config.group_interval)
+        self.scheduler.at(when, lambda now: self._notify(alertname, now))
+
+    def _notify(self, alertname: str, now: float) -> None:
+        episode = self.episodes.get(alertname)
+        if episode is None or (
+            episode.last_sent is not None and now - episode.last_sent < self.config.repeat_interval
+        ):
+            return
+        episode.last_sent = now
+        self.last_flush[alertname] = now
+        alert = Alert(
+            status="firing",
+            labels={"alertname": alertname, "target": TARGET_NAME, "severity": "critical"},
+            fingerprint=f"{alertname}:{TARGET_NAME}",
+            starts_at=_rfc3339(episode.starts_at),
+        )
+        self._receive(alert, now)
+
+    # The restarter (Restarter.judge's steps): the cheap checks, two fresh reads of the server,
+    # the checks again with the reads' verdict, then the action.
+
+    def _journal_history(self, alert: Alert) -> History:
+        same = tuple(
+            PastDecision(entry.time, entry.action, entry.reason)
+            for entry in self.journal
+            if entry.fingerprint == alert.fingerprint and entry.starts_at == alert.starts_at
+        )
+        return History(restarts=tuple(self.past_restarts), same_alert=same)
+
+    def _record(self, alert: Alert, now: float, action: str, reason: str) -> None:
+        self.journal.append(_JournalEntry(now, alert.fingerprint, alert.starts_at, action, reason))
+        if action == "skip":
+            self.skips[reason] += 1
+
+    def _receive(self, alert: Alert, now: float) -> None:
+        decision = decide(alert, self.restarter, self._journal_history(alert), now)
+        if not decision.restarts:
+            self._record(alert, now, decision.action, decision.reason)
+            return
+        first = self.server.read(now)
+        if first is None:
+            confirmation = Confirmation(False, "down", "connection refused")
+            final = decide_confirmed(
+                alert, self.restarter, self._journal_history(alert), now, confirmation
+            )
+            self._record(alert, now, final.action, final.reason)
+            return
+
+        def second_read(later: float, first: Reading = first) -> None:
+            again = self.server.read(later)
+            if again is None:
+                confirmation = Confirmation(False, "down", "connection refused")
+            else:
+                confirmation = judge_confirmation(classify(first, again))
+            final = decide_confirmed(
+                alert, self.restarter, self._journal_history(alert), later, confirmation
+            )
+            self._record(alert, later, final.action, final.reason)
+            if final.restarts:
+                self.past_restarts.append(
+                    PastRestart(TARGET_NAME, later, later + self.config.action_seconds)
+                )
+                self.server.restart(later, "stallwatch")
+
+        self.scheduler.at(now + self.config.confirm_gap, second_read)
