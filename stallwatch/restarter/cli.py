@@ -112,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _serve_until_signal(config: RestarterConfig) -> None:
-    from stallwatch.restarter.server import serve
+    from stallwatch.restarter.app import serve
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

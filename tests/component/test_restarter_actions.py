@@ -20,8 +20,8 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from stallwatch.restarter.server import Restarter
-from tests.component.test_restarter_support import (
+from stallwatch.restarter.service import Restarter
+from tests.component.restarter_support import (
     alert,
     fake_vllm,
     marker_argv,

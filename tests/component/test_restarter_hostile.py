@@ -17,9 +17,9 @@ from aiohttp import web
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from stallwatch.restarter.app import RESTARTER_KEY, Restarter, build_app
 from stallwatch.restarter.config import DEFAULT_RESTART_ALERTS as RESTART_ALERTS
-from stallwatch.restarter.server import RESTARTER_KEY, Restarter, build_app
-from tests.component.test_restarter_support import (
+from tests.component.restarter_support import (
     METRICS_TEMPLATE,
     STARTS_AT,
     TOKEN,

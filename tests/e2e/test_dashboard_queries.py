@@ -34,8 +34,8 @@ from aiohttp import web
 
 from stallwatch.exporter.app import running_exporter
 from stallwatch.exporter.config import ExporterConfig
+from stallwatch.restarter.app import build_app
 from stallwatch.restarter.config import parse_config
-from stallwatch.restarter.server import build_app
 from stallwatch.simulator.load import run_load
 from stallwatch.simulator.testing import engine_sample, read_metrics, running_simulator
 from tests.component.exporter_support import target as exporter_target

@@ -14,8 +14,8 @@ import yaml
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
+from stallwatch.restarter.app import RESTARTER_KEY, Restarter, build_app
 from stallwatch.restarter.config import RestarterConfig, load_config
-from stallwatch.restarter.server import RESTARTER_KEY, Restarter, build_app
 
 TOKEN = "test-token-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

@@ -1,0 +1,170 @@
+"""The restarter's HTTP side and process life: Alertmanager webhook, journal and metrics endpoints.
+
+Every well-formed payload gets a 200, whatever was decided, so Alertmanager has no reason
+to deliver it again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import ssl
+import time
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+
+from stallwatch.core.alerts import PayloadError, parse_notification
+from stallwatch.restarter.config import RestarterConfig
+from stallwatch.restarter.confirm import confirm_stall
+from stallwatch.restarter.service import Confirmer, Restarter
+
+log = logging.getLogger("stallwatch.restarter")
+
+DEFAULT_JOURNAL_LIMIT = 50
+MAX_JOURNAL_LIMIT = 1000
+PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+def authorized(config: RestarterConfig, request: web.Request) -> bool:
+    """Whether the request carries the configured bearer token (always, with no token set)."""
+    if config.token is None:
+        return True
+    expected = f"Bearer {config.token}".encode()
+    try:
+        given = request.headers.get("Authorization", "").encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return False
+    return hmac.compare_digest(given, expected)
+
+
+RESTARTER_KEY = web.AppKey("restarter", Restarter)
+
+
+def _error(status: int, message: str) -> web.Response:
+    return web.json_response({"status": "error", "error": message}, status=status)
+
+
+@web.middleware
+async def count_webhook_answers(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    if request.path != "/alerts":
+        return await handler(request)
+    metrics = request.app[RESTARTER_KEY].metrics
+    try:
+        response = await handler(request)
+    except web.HTTPException as error:
+        metrics.webhook_requests.labels(code=str(error.status)).inc()
+        raise
+    except Exception:
+        metrics.webhook_requests.labels(code="500").inc()
+        raise
+    metrics.webhook_requests.labels(code=str(response.status)).inc()
+    return response
+
+
+async def handle_alerts(request: web.Request) -> web.StreamResponse:
+    restarter = request.app[RESTARTER_KEY]
+    if not authorized(restarter.config, request):
+        return _error(401, "missing or wrong bearer token")
+    limit = restarter.config.max_body_bytes
+    if request.content_length is not None and request.content_length > limit:
+        return _error(413, f"body larger than {limit} bytes")
+    try:
+        body = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        return _error(413, f"body larger than {limit} bytes")
+    try:
+        notification = parse_notification(body)
+    except PayloadError as error:
+        log.warning("rejected a webhook payload: %s", error)
+        return _error(400, f"not an Alertmanager version 4 payload: {error}")
+    decisions = await restarter.handle(notification)
+    return web.json_response({"status": "ok", "decisions": decisions})
+
+
+async def handle_journal(request: web.Request) -> web.StreamResponse:
+    restarter = request.app[RESTARTER_KEY]
+    if not authorized(restarter.config, request):
+        return _error(401, "missing or wrong bearer token")
+    raw = request.query.get("limit", str(DEFAULT_JOURNAL_LIMIT))
+    if not raw.isdigit() or not 1 <= int(raw) <= MAX_JOURNAL_LIMIT:
+        return _error(400, f"limit: expected an integer from 1 to {MAX_JOURNAL_LIMIT}")
+    entries = restarter.journal.recent(int(raw))
+    return web.json_response({"entries": [entry.as_json() for entry in entries]})
+
+
+async def handle_metrics(request: web.Request) -> web.StreamResponse:
+    restarter = request.app[RESTARTER_KEY]
+    restarter.refresh_gauges()
+    return web.Response(
+        body=restarter.metrics.exposition(), headers={"Content-Type": PROMETHEUS_CONTENT_TYPE}
+    )
+
+
+async def handle_healthy(request: web.Request) -> web.StreamResponse:
+    return web.Response(text="OK\n")
+
+
+def build_app(
+    config: RestarterConfig,
+    *,
+    clock: Callable[[], float] = time.time,
+    confirmer: Confirmer = confirm_stall,
+) -> web.Application:
+    """The restarter's aiohttp application (journal opened now, HTTP session on startup)."""
+    if config.token is None:
+        log.warning(
+            "INSECURE: insecure_no_auth is set; anyone who can reach %s can ask for restarts",
+            config.listen,
+        )
+    app = web.Application(
+        client_max_size=config.max_body_bytes, middlewares=[count_webhook_answers]
+    )
+    restarter = Restarter(config, clock=clock, confirmer=confirmer)
+    app[RESTARTER_KEY] = restarter
+
+    async def start(_: web.Application) -> None:
+        await restarter.start()
+
+    async def stop(_: web.Application) -> None:
+        await restarter.stop()
+
+    app.on_startup.append(start)
+    app.on_cleanup.append(stop)
+    app.router.add_post("/alerts", handle_alerts)
+    app.router.add_get("/journal", handle_journal)
+    app.router.add_get("/metrics", handle_metrics)
+    app.router.add_get("/-/healthy", handle_healthy)
+    return app
+
+
+def ssl_context(config: RestarterConfig) -> ssl.SSLContext | None:
+    if config.tls_cert_file is None or config.tls_key_file is None:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(config.tls_cert_file, config.tls_key_file)
+    return context
+
+
+async def serve(config: RestarterConfig, *, stop: asyncio.Event | None = None) -> None:
+    """Run the restarter until `stop` is set (or forever)."""
+    app = build_app(config)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    host, port = config.host_port
+    try:
+        site = web.TCPSite(runner, host, port, ssl_context=ssl_context(config))
+        await site.start()
+    except BaseException:
+        await runner.cleanup()
+        raise
+    scheme = "https" if config.tls_cert_file else "http"
+    log.info("restarter listening on %s://%s (journal %s)", scheme, config.listen, config.journal)
+    try:
+        await (stop or asyncio.Event()).wait()
+    finally:
+        await runner.cleanup()
