@@ -9,22 +9,32 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+import re
 import ssl
 import time
 from collections.abc import Awaitable, Callable
 
+import aiohttp
 from aiohttp import web
 
 from stallwatch.core.alerts import PayloadError, parse_notification
 from stallwatch.restarter.config import RestarterConfig
 from stallwatch.restarter.confirm import confirm_stall
-from stallwatch.restarter.service import Confirmer, Restarter
+from stallwatch.restarter.journal import JournalError, printable
+from stallwatch.restarter.service import JOURNAL_UNWRITABLE, Confirmer, Restarter
 
 log = logging.getLogger("stallwatch.restarter")
 
 DEFAULT_JOURNAL_LIMIT = 50
 MAX_JOURNAL_LIMIT = 1000
+_JOURNAL_LIMIT = re.compile(r"[0-9]{1,4}")
 PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+# A webhook body must arrive within this long once its headers have (a slow or stalled
+# sender would otherwise hold a connection and its memory as long as it likes).
+BODY_READ_TIMEOUT_SECONDS = 10.0
+# How a webhook whose client went away before its body arrived is counted (nginx's code for
+# "client closed request"): no answer was sent, and it is not the restarter's error.
+CLIENT_CLOSED_CODE = "499"
 
 
 def authorized(config: RestarterConfig, request: web.Request) -> bool:
@@ -55,6 +65,9 @@ async def count_webhook_answers(
     metrics = request.app[RESTARTER_KEY].metrics
     try:
         response = await handler(request)
+    except ConnectionError:
+        metrics.webhook_requests.labels(code=CLIENT_CLOSED_CODE).inc()
+        raise
     except web.HTTPException as error:
         metrics.webhook_requests.labels(code=str(error.status)).inc()
         raise
@@ -73,15 +86,29 @@ async def handle_alerts(request: web.Request) -> web.StreamResponse:
     if request.content_length is not None and request.content_length > limit:
         return _error(413, f"body larger than {limit} bytes")
     try:
-        body = await request.read()
+        async with asyncio.timeout(BODY_READ_TIMEOUT_SECONDS):
+            body = await request.read()
     except web.HTTPRequestEntityTooLarge:
         return _error(413, f"body larger than {limit} bytes")
+    except TimeoutError:
+        return _error(408, f"body not received within {BODY_READ_TIMEOUT_SECONDS:g} s")
+    except aiohttp.ClientPayloadError as error:  # the client went away mid-body
+        log.info("webhook client went away before its body arrived: %s", error)
+        raise ConnectionResetError(str(error)) from None
     try:
         notification = parse_notification(body)
     except PayloadError as error:
-        log.warning("rejected a webhook payload: %s", error)
+        log.warning("rejected a webhook payload: %s", printable(str(error)))
         return _error(400, f"not an Alertmanager version 4 payload: {error}")
     decisions = await restarter.handle(notification)
+    if any(decision["reason"] == JOURNAL_UNWRITABLE for decision in decisions):
+        answer = {
+            "status": "error",
+            "error": f"the journal cannot be written ({restarter.journal.failure}): "
+            "alerts whose decision it could not record were not acted on",
+            "decisions": decisions,
+        }
+        return web.json_response(answer, status=503)
     return web.json_response({"status": "ok", "decisions": decisions})
 
 
@@ -90,7 +117,7 @@ async def handle_journal(request: web.Request) -> web.StreamResponse:
     if not authorized(restarter.config, request):
         return _error(401, "missing or wrong bearer token")
     raw = request.query.get("limit", str(DEFAULT_JOURNAL_LIMIT))
-    if not raw.isdigit() or not 1 <= int(raw) <= MAX_JOURNAL_LIMIT:
+    if not _JOURNAL_LIMIT.fullmatch(raw) or not 1 <= int(raw) <= MAX_JOURNAL_LIMIT:
         return _error(400, f"limit: expected an integer from 1 to {MAX_JOURNAL_LIMIT}")
     entries = restarter.journal.recent(int(raw))
     return web.json_response({"entries": [entry.as_json() for entry in entries]})
@@ -98,14 +125,31 @@ async def handle_journal(request: web.Request) -> web.StreamResponse:
 
 async def handle_metrics(request: web.Request) -> web.StreamResponse:
     restarter = request.app[RESTARTER_KEY]
-    restarter.refresh_gauges()
+    try:
+        restarter.refresh_gauges()
+    except JournalError as error:  # serve what is known; the error is in the log
+        log.error("metrics: gauges not refreshed from the journal: %s", error)
     return web.Response(
         body=restarter.metrics.exposition(), headers={"Content-Type": PROMETHEUS_CONTENT_TYPE}
     )
 
 
 async def handle_healthy(request: web.Request) -> web.StreamResponse:
+    failure = request.app[RESTARTER_KEY].journal.failure
+    if failure is not None:
+        return web.Response(status=503, text=f"journal failing: {failure}\n")
     return web.Response(text="OK\n")
+
+
+@web.middleware
+async def journal_errors_are_503(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except JournalError as error:
+        log.error("%s %s: %s", request.method, request.path, error)
+        return _error(503, str(error))
 
 
 def build_app(
@@ -121,7 +165,8 @@ def build_app(
             config.listen,
         )
     app = web.Application(
-        client_max_size=config.max_body_bytes, middlewares=[count_webhook_answers]
+        client_max_size=config.max_body_bytes,
+        middlewares=[count_webhook_answers, journal_errors_are_503],
     )
     restarter = Restarter(config, clock=clock, confirmer=confirmer)
     app[RESTARTER_KEY] = restarter

@@ -13,7 +13,7 @@ from typing import Any
 
 from stallwatch.common.cli import add_service_arguments, setup_logging
 from stallwatch.restarter.config import ConfigError, RestarterConfig, load_config
-from stallwatch.restarter.journal import Journal, JournalEntry
+from stallwatch.restarter.journal import Journal, JournalEntry, JournalError, printable
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
@@ -108,6 +108,9 @@ def run(args: argparse.Namespace) -> int:
             f"stallwatch restarter: cannot open journal {config.journal}: {error}", file=sys.stderr
         )
         return 1
+    except JournalError as error:
+        print(f"stallwatch restarter: {error}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -127,16 +130,16 @@ def format_table(entries: list[JournalEntry]) -> str:
     rows = [header]
     for entry in entries:
         when = datetime.datetime.fromtimestamp(entry.time, tz=datetime.UTC)
-        detail = entry.detail
+        detail = printable(entry.detail)
         if entry.duration_seconds is not None:
             detail = f"{entry.duration_seconds:.1f} s: {detail}"
         rows.append(
             (
                 when.strftime("%Y-%m-%d %H:%M:%S"),
-                entry.target or "-",
-                entry.alertname or "-",
-                entry.decision,
-                entry.reason,
+                printable(entry.target) or "-",
+                printable(entry.alertname) or "-",
+                printable(entry.decision),
+                printable(entry.reason),
                 detail if len(detail) <= 80 else detail[:79] + "…",
             )
         )
@@ -161,8 +164,14 @@ def run_journal(args: argparse.Namespace) -> int:
     except FileNotFoundError as error:
         print(f"{error} (the restarter has not written anything yet)", file=sys.stderr)
         return 1
+    except JournalError as error:
+        print(error, file=sys.stderr)
+        return 1
     try:
         entries = journal.recent(args.limit)
+    except JournalError as error:
+        print(f"{error} (is it damaged, or not a journal?)", file=sys.stderr)
+        return 1
     finally:
         journal.close()
     if not entries:

@@ -288,6 +288,7 @@ async def test_healthy_and_metrics_names(tmp_path: Path) -> None:
         "stallwatch_restarter_budget_exhausted",
         "stallwatch_restarter_last_restart_timestamp_seconds",
         "stallwatch_restarter_build_info",
+        "stallwatch_restarter_journal_errors_total",
     }
     assert 'stallwatch_restarter_restarts_total{result="success",target="gpu1"} 1.0' in text
     assert 'stallwatch_restarter_skips_total{reason="duplicate",target="gpu1"} 1.0' in text
