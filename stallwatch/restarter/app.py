@@ -20,6 +20,7 @@ from aiohttp import web
 from stallwatch.core.alerts import PayloadError, parse_notification
 from stallwatch.restarter.config import RestarterConfig
 from stallwatch.restarter.confirm import confirm_stall
+from stallwatch.restarter.gate import IDLE_KEEPALIVE_SECONDS, ConnectionGate, RequestsSeen
 from stallwatch.restarter.journal import JournalError, printable
 from stallwatch.restarter.service import JOURNAL_UNWRITABLE, Confirmer, Restarter
 
@@ -50,6 +51,7 @@ def authorized(config: RestarterConfig, request: web.Request) -> bool:
 
 
 RESTARTER_KEY = web.AppKey("restarter", Restarter)
+REQUESTS_SEEN_KEY = web.AppKey("requests_seen", RequestsSeen)
 
 
 def _error(status: int, message: str) -> web.Response:
@@ -164,10 +166,12 @@ def build_app(
             "INSECURE: insecure_no_auth is set; anyone who can reach %s can ask for restarts",
             config.listen,
         )
+    seen = RequestsSeen()
     app = web.Application(
         client_max_size=config.max_body_bytes,
-        middlewares=[count_webhook_answers, journal_errors_are_503],
+        middlewares=[seen.middleware, count_webhook_answers, journal_errors_are_503],
     )
+    app[REQUESTS_SEEN_KEY] = seen
     restarter = Restarter(config, clock=clock, confirmer=confirmer)
     app[RESTARTER_KEY] = restarter
 
@@ -198,12 +202,15 @@ def ssl_context(config: RestarterConfig) -> ssl.SSLContext | None:
 async def serve(config: RestarterConfig, *, stop: asyncio.Event | None = None) -> None:
     """Run the restarter until `stop` is set (or forever)."""
     app = build_app(config)
-    runner = web.AppRunner(app, access_log=None)
+    runner = web.AppRunner(app, access_log=None, keepalive_timeout=IDLE_KEEPALIVE_SECONDS)
     await runner.setup()
     host, port = config.host_port
+    assert runner.server is not None  # set up above
+    gate = ConnectionGate(runner.server, app[REQUESTS_SEEN_KEY])
     try:
-        site = web.TCPSite(runner, host, port, ssl_context=ssl_context(config))
-        await site.start()
+        listener = await asyncio.get_running_loop().create_server(
+            gate.protocol, host, port, ssl=ssl_context(config)
+        )
     except BaseException:
         await runner.cleanup()
         raise
@@ -212,4 +219,5 @@ async def serve(config: RestarterConfig, *, stop: asyncio.Event | None = None) -
     try:
         await (stop or asyncio.Event()).wait()
     finally:
+        listener.close()
         await runner.cleanup()
