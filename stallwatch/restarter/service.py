@@ -30,7 +30,7 @@ log = logging.getLogger("stallwatch.restarter")
 SHUTDOWN_GRACE_SECONDS = 5.0
 # Alerts that need no confirmation are judged this many at a time: one commit (one wait for
 # the disk) per batch, and the event loop gets a turn between batches.
-JUDGED_PER_COMMIT = 500
+JUDGED_PER_COMMIT = 200
 # Skip reasons the restarter adds to the policy's: a target's action still running (whatever
 # the cooldown says), and a decision the journal could not record (nothing is run unrecorded).
 ACTION_IN_PROGRESS = "action_in_progress"
