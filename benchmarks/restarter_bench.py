@@ -1,6 +1,6 @@
 """The restarter's webhook: answer latency, and a storm of duplicate notifications.
 
-The real restarter app (`restarter.server.build_app`) with its SQLite journal on disk and an
+The real restarter app (`restarter.app.build_app`) with its SQLite journal on disk and an
 `http` restart action pointed at a counting server; only the confirmation (two reads of the
 model server) is replaced by one that always confirms, so every alert reaches the journal and
 the policy's full path.
@@ -21,7 +21,7 @@ from aiohttp import web
 from benchmarks.common import Section, fmt_seconds, percentile
 from stallwatch.common.restarter_config import HttpAction, RestarterConfig, Target
 from stallwatch.core.confirmation import Confirmation
-from stallwatch.restarter.server import RESTARTER_KEY, build_app
+from stallwatch.restarter.app import RESTARTER_KEY, build_app
 
 TOKEN = "benchmark-token"
 TARGET = "gpu-a"

@@ -53,19 +53,30 @@ class Notification:
     group_key: str = ""
 
 
+def _valid_unicode(text: str, path: str) -> str:
+    """`text`, if it can be written anywhere: JSON lets a lone surrogate through, UTF-8 not."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise PayloadError(f"{path}: not valid Unicode (a lone surrogate escape)") from None
+    return text
+
+
 def _label_set(value: Any, path: str) -> dict[str, str]:
     if not isinstance(value, dict):
         raise PayloadError(f"{path}: expected an object of strings")
     for key, item in value.items():
+        _valid_unicode(key, f"{path} key {key!r}")
         if not isinstance(item, str):
             raise PayloadError(f"{path}.{key}: expected a string")
+        _valid_unicode(item, f"{path}.{key}")
     return dict(value)
 
 
 def _string(value: Any, path: str, *, required: bool = True) -> str:
     if not isinstance(value, str) or (required and not value):
         raise PayloadError(f"{path}: expected a non-empty string")
-    return value
+    return _valid_unicode(value, path)
 
 
 def _alert(value: Any, index: int) -> Alert:

@@ -5,9 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from stallwatch.core.classify import State, Verdict
+from stallwatch.core.classify import State, Verdict, classify
+from stallwatch.core.reading import COUNTERS, GENERATION_TOKENS, STEPS, Reading
 
 Refusal = Literal["progress", "idle", "down", "error"]
+
+# A stall is counters that stand still; these are the ones every step of running work moves.
+STALL_EVIDENCE: tuple[str, ...] = (STEPS, GENERATION_TOKENS)
 
 
 @dataclass(frozen=True)
@@ -31,3 +35,46 @@ def judge_confirmation(verdict: Verdict) -> Confirmation:
         # LLMServerUnresponsive; here an idle read with no work is not a stall.
         return Confirmation(False, "idle", f"{verdict.state}: {verdict.reason}", verdict)
     return Confirmation(False, "error", f"{verdict.state}: {verdict.reason}", verdict)
+
+
+def judge_reads(first: Reading, second: Reading) -> Confirmation:
+    """Judge two fresh reads; counters that stand still only because they are absent (never
+    there, or gone by the second read) are no evidence of a stall, nor of an idle server."""
+    verdict = classify(first, second)
+    confirmation = judge_confirmation(verdict)
+    if confirmation.confirmed:
+        stalled = {(e.model_name, e.engine) for e in verdict.engines if e.state == State.STALLED}
+        missing = missing_signals(first, second, stalled, STALL_EVIDENCE)
+    elif confirmation.refusal == "idle":
+        missing = missing_signals(first, second, set(second.engine_map()), COUNTERS)
+    else:
+        return confirmation
+    if missing is None:
+        return confirmation
+    detail = f"{verdict.state} only by absence: {missing}; absent signals are no evidence"
+    return Confirmation(False, "error", detail, verdict)
+
+
+def missing_signals(
+    first: Reading, second: Reading, engines: set[tuple[str, str]], evidence: tuple[str, ...]
+) -> str | None:
+    """What is absent that `engines` need to show a standstill, or None if nothing is.
+
+    Each engine must carry one of the `evidence` counters in both reads, and no counter it
+    had in the first read may be gone from the second.
+    """
+    before, after = first.engine_map(), second.engine_map()
+    for key in sorted(engines):
+        old, new = before.get(key), after.get(key)
+        name = f"engine {key[1]} of {key[0]}"
+        if old is None or new is None:
+            return f"{name} is not in both reads"
+        old_counters, new_counters = old.counters(), new.counters()
+        gone = [
+            c for c, value in old_counters.items() if value is not None and new_counters[c] is None
+        ]
+        if gone:
+            return f"{name}: {', '.join(gone)} gone between the two reads"
+        if not any(old_counters[c] is not None and new_counters[c] is not None for c in evidence):
+            return f"{name}: none of {', '.join(evidence)} in both reads"
+    return None

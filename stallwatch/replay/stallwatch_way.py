@@ -2,7 +2,7 @@
 
 Every decision is the project's own pure step: the exporter's `classify`, `settle_probe` and
 `TargetHistory`; the restart alerts' condition (`restart_alerts`); the restarter's `decide`,
-then `decide_confirmed` on two fresh reads judged by `judge_confirmation`. Only the timing of
+then `decide_confirmed` on two fresh reads judged by `judge_reads`. Only the timing of
 Prometheus (scrape, evaluation) and Alertmanager (group_wait, group_interval, repeat_interval)
 is modelled here.
 """
@@ -23,7 +23,7 @@ from stallwatch.common.restarter_config import (
 )
 from stallwatch.core.alerts import Alert
 from stallwatch.core.classify import State, Verdict, classify, down
-from stallwatch.core.confirmation import Confirmation, judge_confirmation
+from stallwatch.core.confirmation import Confirmation, judge_reads
 from stallwatch.core.history import PollOutcome, TargetHistory
 from stallwatch.core.policy import History, PastDecision, PastRestart, decide, decide_confirmed
 from stallwatch.core.probe import settle_probe
@@ -233,7 +233,7 @@ class Stallwatch:
             if again is None:
                 confirmation = Confirmation(False, "down", "connection refused")
             else:
-                confirmation = judge_confirmation(classify(first, again))
+                confirmation = judge_reads(first, again)
             final = decide_confirmed(
                 alert, self.restarter, self._journal_history(alert), later, confirmation
             )

@@ -45,8 +45,56 @@ def _tail(data: bytes) -> str:
     return text if len(text) <= _DETAIL_CHARS else "…" + text[-_DETAIL_CHARS:]
 
 
+# Of a command's output only the last this many bytes are kept (the detail shows the last
+# _DETAIL_CHARS characters of them); the rest is read and dropped, so a chatty command
+# neither fills memory nor blocks on a full pipe.
+OUTPUT_KEPT_BYTES = 4 * 1024
+# Once the command has exited, the rest of its output is awaited this long at most (a
+# process outside its process group may hold the pipe open for ever).
+OUTPUT_DRAIN_SECONDS = 1.0
+# asyncio's Process.wait() also waits for the output pipe to close, which a background child
+# can hold open; while it is open, the command's exit is looked for this often.
+EXIT_POLL_SECONDS = 0.05
+
+
+class _OutputTail:
+    """The last OUTPUT_KEPT_BYTES of a stream, and how many bytes it had in all."""
+
+    def __init__(self) -> None:
+        self.kept = bytearray()
+        self.total = 0
+
+    async def read_from(self, stream: asyncio.StreamReader) -> None:
+        while chunk := await stream.read(64 * 1024):
+            self.total += len(chunk)
+            self.kept += chunk
+            if len(self.kept) > OUTPUT_KEPT_BYTES:
+                del self.kept[: len(self.kept) - OUTPUT_KEPT_BYTES]
+
+
+async def _wait_for_exit(process: asyncio.subprocess.Process, reader: asyncio.Task[None]) -> None:
+    """Until the command itself has exited, whoever still holds its output pipe."""
+    while process.returncode is None and not reader.done():
+        await asyncio.wait({reader}, timeout=EXIT_POLL_SECONDS)
+    if process.returncode is None:
+        await process.wait()
+
+
+def _kill_group(pgid: int) -> bool:
+    """SIGKILL every process left in the group; whether there was any."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 async def run_argv(argv: list[str], target_name: str) -> tuple[bool, str]:
-    """Run `argv` (no shell) with STALLWATCH_TARGET set; kill its process group if cancelled."""
+    """Run `argv` (no shell) with STALLWATCH_TARGET set; its own exit status is the result.
+
+    The command runs in a process group of its own. When it exits (or is cancelled), what it
+    left running in that group is killed, and the detail says so.
+    """
     environment = {**os.environ, TARGET_ENV: target_name}
     process = await asyncio.create_subprocess_exec(
         *argv,
@@ -56,17 +104,23 @@ async def run_argv(argv: list[str], target_name: str) -> tuple[bool, str]:
         env=environment,
         start_new_session=True,
     )
+    assert process.stdout is not None
+    output = _OutputTail()
+    reader = asyncio.create_task(output.read_from(process.stdout))
     try:
-        output, _ = await process.communicate()
+        await _wait_for_exit(process, reader)
     finally:
-        if process.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            await process.wait()
-    summary = _tail(output)
-    if process.returncode == 0:
-        return True, f"{argv[0]} exited 0" + (f": {summary}" if summary else "")
-    return False, f"{argv[0]} exited {process.returncode}" + (f": {summary}" if summary else "")
+        left_running = _kill_group(process.pid)
+        await _wait_for_exit(process, reader)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(reader), OUTPUT_DRAIN_SECONDS)
+        reader.cancel()
+        await asyncio.gather(reader, return_exceptions=True)
+    summary = _tail(bytes(output.kept))
+    detail = f"{argv[0]} exited {process.returncode}" + (f": {summary}" if summary else "")
+    if left_running:
+        detail += " (killed the processes it left running in its process group)"
+    return process.returncode == 0, detail
 
 
 class ActionRunner:

@@ -15,7 +15,7 @@ from stallwatch.common.cli import add_service_arguments, setup_logging
 from stallwatch.common.config import ConfigError
 from stallwatch.common.config_files import load_restarter_config as load_config
 from stallwatch.common.restarter_config import RestarterConfig
-from stallwatch.restarter.journal import Journal, JournalEntry
+from stallwatch.restarter.journal import Journal, JournalEntry, JournalError, printable
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
@@ -110,11 +110,14 @@ def run(args: argparse.Namespace) -> int:
             f"stallwatch restarter: cannot open journal {config.journal}: {error}", file=sys.stderr
         )
         return 1
+    except JournalError as error:
+        print(f"stallwatch restarter: {error}", file=sys.stderr)
+        return 1
     return 0
 
 
 async def _serve_until_signal(config: RestarterConfig) -> None:
-    from stallwatch.restarter.server import serve
+    from stallwatch.restarter.app import serve
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -129,16 +132,16 @@ def format_table(entries: list[JournalEntry]) -> str:
     rows = [header]
     for entry in entries:
         when = datetime.datetime.fromtimestamp(entry.time, tz=datetime.UTC)
-        detail = entry.detail
+        detail = printable(entry.detail)
         if entry.duration_seconds is not None:
             detail = f"{entry.duration_seconds:.1f} s: {detail}"
         rows.append(
             (
                 when.strftime("%Y-%m-%d %H:%M:%S"),
-                entry.target or "-",
-                entry.alertname or "-",
-                entry.decision,
-                entry.reason,
+                printable(entry.target) or "-",
+                printable(entry.alertname) or "-",
+                printable(entry.decision),
+                printable(entry.reason),
                 detail if len(detail) <= 80 else detail[:79] + "…",
             )
         )
@@ -163,8 +166,14 @@ def run_journal(args: argparse.Namespace) -> int:
     except FileNotFoundError as error:
         print(f"{error} (the restarter has not written anything yet)", file=sys.stderr)
         return 1
+    except JournalError as error:
+        print(error, file=sys.stderr)
+        return 1
     try:
         entries = journal.recent(args.limit)
+    except JournalError as error:
+        print(f"{error} (is it damaged, or not a journal?)", file=sys.stderr)
+        return 1
     finally:
         journal.close()
     if not entries:

@@ -6,8 +6,7 @@ import asyncio
 
 import aiohttp
 
-from stallwatch.core.classify import classify
-from stallwatch.core.confirmation import Confirmation, judge_confirmation
+from stallwatch.core.confirmation import Confirmation, judge_reads
 from stallwatch.exporter.fetch import read_metrics
 
 
@@ -26,4 +25,4 @@ async def confirm_stall(
     second = await read_metrics(session, metrics_url, timeout=timeout)
     if second.reading is None:
         return Confirmation(False, "down", second.detail)
-    return judge_confirmation(classify(first.reading, second.reading))
+    return judge_reads(first.reading, second.reading)

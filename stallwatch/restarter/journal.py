@@ -8,7 +8,9 @@ reading the history and writing the decision that depends on it.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,7 +32,7 @@ CREATE TABLE IF NOT EXISTS journal (
     decision TEXT NOT NULL,          -- restart | skip | resolved | action_result
     reason TEXT NOT NULL,            -- skip reason; on action_result rows the result
     detail TEXT NOT NULL,
-    result TEXT,                     -- action_result rows: success | failure | timeout
+    result TEXT,                     -- action_result rows: success|failure|timeout|interrupted
     duration_seconds REAL,           -- action_result rows
     restart_id INTEGER,              -- action_result rows: the restart row they finish
     receiver TEXT NOT NULL DEFAULT '',
@@ -60,6 +62,8 @@ COLUMNS = (
     "external_url",
 )
 
+INTERRUPTED = "interrupted"
+
 # A restart, or in dry-run mode a restart that would have happened.
 _RESTART_LIKE = (
     "(d.decision = 'restart' OR (:dry_run AND d.decision = 'skip' AND d.reason = 'dry_run'))"
@@ -87,37 +91,102 @@ class JournalEntry:
         return {name: getattr(self, name) for name in COLUMNS}
 
 
+def printable(text: str) -> str:
+    """`text` with control and invisible characters escaped, safe for a log or a terminal
+    (a label holding ESC or a newline could otherwise forge lines)."""
+    if text.isprintable():
+        return text
+    return "".join(
+        char if char.isprintable() else char.encode("unicode_escape").decode("ascii")
+        for char in text
+    )
+
+
+class JournalError(Exception):
+    """The journal cannot be read or written; the message names the file."""
+
+
 class Journal:
-    def __init__(self, connection: sqlite3.Connection) -> None:
+    """The journal file; every failure to read or write it is a JournalError naming the file.
+
+    `failure` holds the last error until a write succeeds again: while it is set the journal
+    cannot be trusted to record a restart, so the restarter acts on nothing and says so.
+    """
+
+    def __init__(self, connection: sqlite3.Connection, path: Path) -> None:
         self._db = connection
+        self.path = path
+        self.failure: str | None = None
 
     @classmethod
     def open(cls, path: str | Path) -> Journal:
-        """Open (creating if needed) the journal at `path`."""
+        """Open (creating if needed) the journal at `path`; refuse one that is damaged."""
         file = Path(path)
-        file.parent.mkdir(parents=True, exist_ok=True)
-        connection = sqlite3.connect(str(file), isolation_level=None, check_same_thread=False)
-        connection.execute("PRAGMA journal_mode=WAL")
-        connection.execute("PRAGMA synchronous=FULL")
-        connection.execute("PRAGMA busy_timeout=5000")
-        connection.executescript(SCHEMA)
-        return cls(connection)
+        try:
+            file.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise JournalError(f"journal {file}: cannot create its directory: {error}") from None
+        try:
+            connection = sqlite3.connect(str(file), isolation_level=None, check_same_thread=False)
+        except sqlite3.Error as error:
+            raise JournalError(f"journal {file}: cannot open: {error}") from None
+        try:
+            connection.execute("PRAGMA journal_mode=WAL")
+            connection.execute("PRAGMA synchronous=FULL")
+            connection.execute("PRAGMA busy_timeout=5000")
+            _check_integrity(connection, file)
+            connection.executescript(SCHEMA)
+        except sqlite3.Error as error:
+            connection.close()
+            raise JournalError(f"journal {file}: {error}{_DAMAGED_ADVICE}") from None
+        except JournalError:
+            connection.close()
+            raise
+        return cls(connection, file)
 
     @classmethod
     def open_read_only(cls, path: str | Path) -> Journal:
         file = Path(path)
         if not file.is_file():
             raise FileNotFoundError(f"no journal at {file}")
-        connection = sqlite3.connect(f"{file.resolve().as_uri()}?mode=ro", uri=True)
-        return cls(connection)
+        try:
+            connection = sqlite3.connect(f"{file.resolve().as_uri()}?mode=ro", uri=True)
+        except sqlite3.Error as error:
+            raise JournalError(f"journal {file}: cannot open: {error}") from None
+        return cls(connection, file)
 
     def close(self) -> None:
         self._db.close()
 
+    @contextlib.contextmanager
+    def _guard(self, doing: str, *, writes: bool = False) -> Iterator[None]:
+        try:
+            yield
+        except sqlite3.Error as error:
+            self.failure = f"journal {self.path}: cannot {doing}: {error}"
+            raise JournalError(self.failure) from None
+        if writes:
+            self.failure = None
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[None]:
+        """Make the writes inside one commit (one wait for the disk); none of them on error."""
+        with self._guard("begin a transaction"):
+            self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):
+                self._db.execute("ROLLBACK")
+            raise
+        with self._guard("commit", writes=True):
+            self._db.execute("COMMIT")
+
     def _insert(self, values: dict[str, Any]) -> int:
         names = ", ".join(values)
         marks = ", ".join(f":{name}" for name in values)
-        cursor = self._db.execute(f"INSERT INTO journal ({names}) VALUES ({marks})", values)
+        with self._guard("write a row", writes=not self._db.in_transaction):
+            cursor = self._db.execute(f"INSERT INTO journal ({names}) VALUES ({marks})", values)
         row_id = cursor.lastrowid
         assert row_id is not None
         return row_id
@@ -132,18 +201,19 @@ class Journal:
         external_url: str = "",
     ) -> int:
         """Write one decision (None: a resolved alert, journaled and not acted on)."""
-        if decision is not None and decision.reason == "duplicate":
+        row = self._decision_row(alert, decision, now, receiver, external_url)
+        if decision is not None and decision.reason == "duplicate" and not self._db.in_transaction:
             # A duplicate changes no later decision (history() leaves duplicates out), so it is
             # written without waiting for the disk: a storm of repeat deliveries then costs no
             # fsync each. Every other decision is on disk before the webhook answers.
-            self._db.execute("PRAGMA synchronous=NORMAL")
+            with self._guard("write a row"):
+                self._db.execute("PRAGMA synchronous=NORMAL")
             try:
-                return self._insert(
-                    self._decision_row(alert, decision, now, receiver, external_url)
-                )
+                return self._insert(row)
             finally:
-                self._db.execute("PRAGMA synchronous=FULL")
-        return self._insert(self._decision_row(alert, decision, now, receiver, external_url))
+                with self._guard("write a row"):
+                    self._db.execute("PRAGMA synchronous=FULL")
+        return self._insert(row)
 
     @staticmethod
     def _decision_row(
@@ -163,14 +233,15 @@ class Journal:
         }
 
     def record_action_result(
-        self, restart_id: int, result: str, detail: str, duration: float, now: float
+        self, restart_id: int, result: str, detail: str, duration: float | None, now: float
     ) -> int:
         """Write the outcome of the action started by restart row `restart_id`."""
-        row = self._db.execute(
-            "SELECT target, alertname, fingerprint, starts_at, receiver, external_url "
-            "FROM journal WHERE id = ?",
-            (restart_id,),
-        ).fetchone()
+        with self._guard("read a row"):
+            row = self._db.execute(
+                "SELECT target, alertname, fingerprint, starts_at, receiver, external_url "
+                "FROM journal WHERE id = ?",
+                (restart_id,),
+            ).fetchone()
         if row is None:
             raise KeyError(f"no journal row {restart_id}")
         target, alertname, fingerprint, starts_at, receiver, external_url = row
@@ -192,30 +263,42 @@ class Journal:
             }
         )
 
+    def unfinished_restarts(self) -> list[JournalEntry]:
+        """Restart rows with no result: their action was running when the restarter died."""
+        with self._guard("read"):
+            rows = self._db.execute(
+                f"SELECT {', '.join('d.' + name for name in COLUMNS)} FROM journal d "
+                "WHERE d.decision = 'restart' AND NOT EXISTS (SELECT 1 FROM journal r "
+                "WHERE r.restart_id = d.id AND r.decision = 'action_result') ORDER BY d.id"
+            ).fetchall()
+        return [JournalEntry(*row) for row in rows]
+
     def restarts_since(self, since: float, *, dry_run: bool = False) -> tuple[PastRestart, ...]:
         """Restarts decided after `since`, each with the time its action finished (if it has)."""
-        rows = self._db.execute(
-            "SELECT d.target, d.time, "
-            "CASE WHEN d.decision = 'skip' THEN d.time ELSE r.time END "
-            "FROM journal d LEFT JOIN journal r "
-            "ON r.restart_id = d.id AND r.decision = 'action_result' "
-            f"WHERE {_RESTART_LIKE} AND d.time > :since ORDER BY d.time",
-            {"since": since, "dry_run": dry_run},
-        ).fetchall()
+        with self._guard("read"):
+            rows = self._db.execute(
+                "SELECT d.target, d.time, "
+                "CASE WHEN d.decision = 'skip' THEN d.time ELSE r.time END "
+                "FROM journal d LEFT JOIN journal r "
+                "ON r.restart_id = d.id AND r.decision = 'action_result' "
+                f"WHERE {_RESTART_LIKE} AND d.time > :since ORDER BY d.time",
+                {"since": since, "dry_run": dry_run},
+            ).fetchall()
         return tuple(PastRestart(target, decided, finished) for target, decided, finished in rows)
 
     def history(self, alert: Alert, *, since: float, dry_run: bool = False) -> History:
         """What `policy.decide` needs to judge `alert`."""
-        same = self._db.execute(
-            # Only the rows the duplicate rule reads: restarts (dry-run ones too) and refusals
-            # by confirmation. Earlier duplicates are left out, so a storm of deliveries of one
-            # alert costs the same per delivery however long it lasts.
-            "SELECT time, decision, reason FROM journal "
-            "WHERE fingerprint = ? AND starts_at = ? "
-            f"AND ({DECISIVE_ROWS}) "
-            "ORDER BY time",
-            (alert.fingerprint, alert.starts_at),
-        ).fetchall()
+        with self._guard("read"):
+            same = self._db.execute(
+                # Only the rows the duplicate rule reads: restarts (dry-run ones too) and
+                # refusals by confirmation. Earlier duplicates are left out, so a storm of
+                # deliveries of one alert costs the same per delivery however long it lasts.
+                "SELECT time, decision, reason FROM journal "
+                "WHERE fingerprint = ? AND starts_at = ? "
+                f"AND ({DECISIVE_ROWS}) "
+                "ORDER BY time",
+                (alert.fingerprint, alert.starts_at),
+            ).fetchall()
         return History(
             restarts=self.restarts_since(since, dry_run=dry_run),
             same_alert=tuple(PastDecision(time, action, reason) for time, action, reason in same),
@@ -223,17 +306,20 @@ class Journal:
 
     def last_restart_times(self, *, dry_run: bool = False) -> dict[str, float]:
         """The time of each target's latest restart decision."""
-        rows = self._db.execute(
-            f"SELECT d.target, MAX(d.time) FROM journal d WHERE {_RESTART_LIKE} GROUP BY d.target",
-            {"dry_run": dry_run},
-        ).fetchall()
+        with self._guard("read"):
+            rows = self._db.execute(
+                f"SELECT d.target, MAX(d.time) FROM journal d "
+                f"WHERE {_RESTART_LIKE} GROUP BY d.target",
+                {"dry_run": dry_run},
+            ).fetchall()
         return {target: time for target, time in rows}
 
     def recent(self, limit: int) -> list[JournalEntry]:
         """The latest `limit` rows, newest first."""
-        rows = self._db.execute(
-            f"SELECT {', '.join(COLUMNS)} FROM journal ORDER BY id DESC LIMIT ?", (limit,)
-        ).fetchall()
+        with self._guard("read"):
+            rows = self._db.execute(
+                f"SELECT {', '.join(COLUMNS)} FROM journal ORDER BY id DESC LIMIT ?", (limit,)
+            ).fetchall()
         return [JournalEntry(*row) for row in rows]
 
     def count(self, **equal: str) -> int:
@@ -242,5 +328,19 @@ class Journal:
             if name not in COLUMNS:
                 raise ValueError(f"unknown column {name}")
         where = " AND ".join(f"{name} = :{name}" for name in equal) or "1"
-        row = self._db.execute(f"SELECT COUNT(*) FROM journal WHERE {where}", equal).fetchone()
+        with self._guard("read"):
+            row = self._db.execute(f"SELECT COUNT(*) FROM journal WHERE {where}", equal).fetchone()
         return int(row[0])
+
+
+_DAMAGED_ADVICE = (
+    "; the restarter will not act on a journal it cannot trust: move the file aside "
+    "(a new journal is created) or restore it from a backup"
+)
+
+
+def _check_integrity(connection: sqlite3.Connection, file: Path) -> None:
+    """Refuse a journal whose pages are damaged, before any decision is made from it."""
+    problems = [row[0] for row in connection.execute("PRAGMA quick_check").fetchall()]
+    if problems != ["ok"]:
+        raise JournalError(f"journal {file} is damaged: {problems[0]}{_DAMAGED_ADVICE}")

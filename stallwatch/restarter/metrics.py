@@ -43,6 +43,11 @@ class RestarterMetrics:
             ["code"],
             registry=self.registry,
         )
+        self.journal_errors = Counter(
+            "stallwatch_restarter_journal_errors",
+            "Journal writes that failed after an action ran (its result was not journaled).",
+            registry=self.registry,
+        )
         self.action_duration = Histogram(
             "stallwatch_restarter_action_duration_seconds",
             "Duration of restart actions.",

@@ -11,6 +11,7 @@ import signal
 import stat
 import sys
 import tempfile
+import tracemalloc
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -20,8 +21,9 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from stallwatch.restarter.server import Restarter
-from tests.component.test_restarter_support import (
+from stallwatch.restarter.actions import run_argv
+from stallwatch.restarter.service import Restarter
+from tests.component.restarter_support import (
     alert,
     fake_vllm,
     marker_argv,
@@ -373,3 +375,57 @@ async def test_command_restarts_a_hung_simulator_process(tmp_path: Path) -> None
         if new_pid.exists():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(int(new_pid.read_text()), signal.SIGKILL)
+
+
+def process_is_gone(pid: int) -> bool:
+    """Whether `pid` has exited (a zombie waiting for a reaper counts as gone)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return True
+    return state in ("Z", "X")
+
+
+async def test_command_that_leaves_a_child_holding_its_output_succeeds_and_kills_it(
+    tmp_path: Path,
+) -> None:
+    """A command exiting 0 while a background child keeps stdout open is a success, at once;
+    the child is killed and the detail says so."""
+    pid_file = tmp_path / "child.pid"
+    script = f"sleep 60 & echo $! > {pid_file}; echo restarted"
+    async with asyncio.timeout(30):
+        succeeded, detail = await run_argv(["sh", "-c", script], "gpu1")
+    assert succeeded, detail
+    assert "exited 0: restarted" in detail
+    assert "killed the processes it left running" in detail
+    child = int(pid_file.read_text())
+    for _ in range(100):
+        if process_is_gone(child):
+            break
+        await asyncio.sleep(0.05)
+    assert process_is_gone(child)
+
+
+async def test_command_with_no_leftovers_says_nothing_about_killing(tmp_path: Path) -> None:
+    """A command that leaves nothing behind gets a plain detail."""
+    succeeded, detail = await run_argv([sys.executable, "-c", "print('ok')"], "gpu1")
+    assert succeeded
+    assert detail.endswith("exited 0: ok")
+
+
+async def test_chatty_command_output_is_capped(tmp_path: Path) -> None:
+    """64 MiB of output is read and dropped as it comes: only a small tail is ever held."""
+    code = (
+        "import sys\n"
+        "for _ in range(64): sys.stdout.buffer.write(b'y' * (1 << 20))\n"
+        "sys.stdout.buffer.write(b'the end')\n"
+    )
+    tracemalloc.start()
+    try:
+        succeeded, detail = await run_argv([sys.executable, "-c", code], "gpu1")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert succeeded
+    assert detail.endswith("the end")
+    assert peak < 8 * (1 << 20), peak

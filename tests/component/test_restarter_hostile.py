@@ -18,8 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from stallwatch.common.restarter_config import DEFAULT_RESTART_ALERTS as RESTART_ALERTS
-from stallwatch.restarter.server import RESTARTER_KEY, Restarter, build_app
-from tests.component.test_restarter_support import (
+from stallwatch.restarter.app import RESTARTER_KEY, Restarter, build_app
+from tests.component.restarter_support import (
     METRICS_TEMPLATE,
     STARTS_AT,
     TOKEN,

@@ -8,7 +8,7 @@ from typing import Any
 
 from stallwatch.core.policy import SKIP_REASONS
 from stallwatch.restarter.metrics import RESULTS
-from tests.component.test_restarter_support import (
+from tests.component.restarter_support import (
     AUTH,
     alert,
     fake_vllm,
@@ -288,6 +288,7 @@ async def test_healthy_and_metrics_names(tmp_path: Path) -> None:
         "stallwatch_restarter_budget_exhausted",
         "stallwatch_restarter_last_restart_timestamp_seconds",
         "stallwatch_restarter_build_info",
+        "stallwatch_restarter_journal_errors_total",
     }
     assert 'stallwatch_restarter_restarts_total{result="success",target="gpu1"} 1.0' in text
     assert 'stallwatch_restarter_skips_total{reason="duplicate",target="gpu1"} 1.0' in text

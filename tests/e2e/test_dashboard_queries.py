@@ -35,7 +35,7 @@ from aiohttp import web
 from stallwatch.common.exporter_config import ExporterConfig
 from stallwatch.common.restarter_config import restarter_config_from_mapping
 from stallwatch.exporter.app import running_exporter
-from stallwatch.restarter.server import build_app
+from stallwatch.restarter.app import build_app
 from stallwatch.simulator.load import run_load
 from stallwatch.simulator.testing import engine_sample, read_metrics, running_simulator
 from tests.component.exporter_support import target as exporter_target

@@ -15,7 +15,7 @@ from stallwatch.common.restarter_config import (
     Target,
 )
 from stallwatch.core.alerts import Alert
-from stallwatch.core.confirmation import Confirmation
+from stallwatch.core.confirmation import Confirmation, judge_reads
 from stallwatch.core.policy import (
     CHECKS_PASSED,
     CONFIRMED,
@@ -28,6 +28,8 @@ from stallwatch.core.policy import (
     lookback_seconds,
     with_confirmation,
 )
+from stallwatch.core.reading import parse_reading
+from tests.fixtures import real_payload
 
 NOW = 1_800_000_000.0
 STARTS_AT = "2026-11-30T05:29:50.914142978Z"
@@ -274,3 +276,54 @@ def test_lookback_spans_every_window() -> None:
     assert lookback_seconds(CONFIG) == 3600.0
     longer = replace(CONFIG, fleet_window=FleetWindow(max_targets=2, window=7200.0))
     assert lookback_seconds(longer) == 7200.0
+
+
+BUSY = real_payload("vllm-0.32.0-cpu-busy-1.txt")
+IDLE = real_payload("vllm-0.32.0-cpu-idle-1.txt")
+# The counters whose standstill is the evidence of a stall, and every engine counter.
+PROGRESS_PREFIXES = ("vllm:iteration_tokens_total", "vllm:generation_tokens_total")
+COUNTER_PREFIXES = (
+    *PROGRESS_PREFIXES,
+    "vllm:prompt_tokens_total",
+    "vllm:request_success_total",
+    "vllm:num_preemptions_total",
+)
+
+
+def without(payload: str, *prefixes: str) -> str:
+    return "\n".join(line for line in payload.splitlines() if not line.startswith(prefixes))
+
+
+READ_CASES = [
+    # (case, first payload, second payload, confirmed, refusal)
+    ("work and frozen counters: a stall", BUSY, BUSY, True, None),
+    ("progress counters never there", without(BUSY, *PROGRESS_PREFIXES),
+     without(BUSY, *PROGRESS_PREFIXES), False, "error"),
+    ("progress counters gone by the second read", BUSY, without(BUSY, *PROGRESS_PREFIXES),
+     False, "error"),
+    ("one progress counter gone by the second read", BUSY,
+     without(BUSY, "vllm:generation_tokens_total"), False, "error"),
+    ("only the step counter there, in both: still a stall",
+     without(BUSY, "vllm:generation_tokens_total"),
+     without(BUSY, "vllm:generation_tokens_total"), True, None),
+    ("idle with its counters: idle", IDLE, IDLE, False, "idle"),
+    ("idle with no counter at all: no evidence", without(IDLE, *COUNTER_PREFIXES),
+     without(IDLE, *COUNTER_PREFIXES), False, "error"),
+    ("idle whose completions vanished: no evidence", IDLE,
+     without(IDLE, "vllm:request_success_total"), False, "error"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("case", "first", "second", "confirmed", "refusal"),
+    READ_CASES,
+    ids=[c[0] for c in READ_CASES],
+)
+def test_absent_counters_are_no_evidence_of_a_stall(
+    case: str, first: str, second: str, confirmed: bool, refusal: str | None
+) -> None:
+    """Two reads confirm a stall (or an idle server) only from counters present in both."""
+    judged = judge_reads(
+        parse_reading(first, taken_at=NOW), parse_reading(second, taken_at=NOW + 5)
+    )
+    assert (judged.confirmed, judged.refusal) == (confirmed, refusal), (case, judged.detail)

@@ -16,7 +16,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from stallwatch.common.config_files import load_restarter_config as load_config
 from stallwatch.common.restarter_config import RestarterConfig
-from stallwatch.restarter.server import RESTARTER_KEY, Restarter, build_app
+from stallwatch.restarter.app import RESTARTER_KEY, Restarter, build_app
 
 TOKEN = "test-token-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

@@ -1,41 +1,47 @@
-"""The restarter's HTTP side: Alertmanager webhook, journal and metrics endpoints.
+"""The running restarter: decisions, the journal, and restart actions in the background.
 
-For each firing alert the decision is made and journaled before the webhook answers; a
+For each firing alert the decision is made and journaled before the caller answers; a
 restart action then runs in a background task and journals its result when it finishes.
-Every well-formed payload gets a 200, whatever was decided, so Alertmanager has no reason
-to deliver it again.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
-import ssl
 import time
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 import aiohttp
-from aiohttp import web
 
 from stallwatch import USER_AGENT
 from stallwatch.common.restarter_config import RestarterConfig, Target
-from stallwatch.core.alerts import Alert, Notification, PayloadError, parse_notification
+from stallwatch.core.alerts import Alert, Notification
 from stallwatch.core.confirmation import Confirmation
 from stallwatch.core.policy import Decision, History, decide, decide_confirmed, lookback_seconds
 from stallwatch.restarter.actions import ActionOutcome, ActionRunner
 from stallwatch.restarter.confirm import confirm_stall
-from stallwatch.restarter.journal import Journal
+from stallwatch.restarter.journal import INTERRUPTED, Journal, JournalError, printable
 from stallwatch.restarter.metrics import UNCONFIGURED_TARGET, RestarterMetrics
 
 log = logging.getLogger("stallwatch.restarter")
 
-DEFAULT_JOURNAL_LIMIT = 50
-MAX_JOURNAL_LIMIT = 1000
 # On shutdown, running actions get this long to finish before they are interrupted.
 SHUTDOWN_GRACE_SECONDS = 5.0
-PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+# Alerts that need no confirmation are judged this many at a time: one commit (one wait for
+# the disk) per batch, and the event loop gets a turn between batches.
+JUDGED_PER_COMMIT = 200
+# Skip reasons the restarter adds to the policy's: a target's action still running (whatever
+# the cooldown says), and a decision the journal could not record (nothing is run unrecorded).
+ACTION_IN_PROGRESS = "action_in_progress"
+JOURNAL_UNWRITABLE = "journal_unwritable"
+
+
+class _Pending:
+    """An alert whose cheap checks passed: it waits for its target's lock and confirmation."""
+
+
+PENDING = _Pending()
 
 
 class Confirmer(Protocol):
@@ -66,9 +72,30 @@ class Restarter:
         self.journal = Journal.open(config.journal)
         self.locks = {target.name: asyncio.Lock() for target in config.targets}
         self.actions: set[asyncio.Task[None]] = set()
+        # Targets whose restart action is running now: one action per target at a time.
+        self.acting: set[str] = set()
+        # Each target's latest confirmation and when (monotonic) it finished.
+        self._confirmations: dict[str, tuple[float, Confirmation]] = {}
         self._lookback = lookback_seconds(config)
         self._session: aiohttp.ClientSession | None = None
         self._runner: ActionRunner | None = None
+        self._close_interrupted_actions()
+
+    def _close_interrupted_actions(self) -> None:
+        """Journal as interrupted the actions a previous run started and never saw finish."""
+        for entry in self.journal.unfinished_restarts():
+            detail = (
+                "the restarter stopped while this action ran (killed?); "
+                "whether the action finished is unknown"
+            )
+            self.journal.record_action_result(entry.id, INTERRUPTED, detail, None, self.clock())
+            log.warning(
+                "action_result target=%s result=%s (restart decided at journal row %d): %s",
+                printable(entry.target),
+                INTERRUPTED,
+                entry.id,
+                detail,
+            )
 
     @property
     def session(self) -> aiohttp.ClientSession:
@@ -107,10 +134,31 @@ class Restarter:
         return name if name is not None and self.config.target(name) else UNCONFIGURED_TARGET
 
     async def handle(self, notification: Notification) -> list[dict[str, str]]:
-        """Judge every alert of a notification; the alerts of different targets concurrently."""
-        outcomes = await asyncio.gather(
-            *(self.judge(alert, notification) for alert in notification.alerts)
+        """Judge every alert of a notification and journal each decision.
+
+        The alerts that need no confirmation are judged first, in batches written in one
+        commit each; the rest then wait for their target's confirmation, the alerts of
+        different targets concurrently. An alert whose decision the journal could not record
+        is answered `journal_unwritable` and not acted on.
+        """
+        alerts = notification.alerts
+        outcomes: list[Decision | _Pending | None] = []
+        for start in range(0, len(alerts), JUDGED_PER_COMMIT):
+            batch = alerts[start : start + JUDGED_PER_COMMIT]
+            try:
+                with self.journal.transaction():
+                    judged = [self._judge_at_once(alert, notification) for alert in batch]
+            except JournalError as error:
+                judged = [self._unrecorded(alert, error) for alert in batch]
+            outcomes.extend(judged)
+            if start + JUDGED_PER_COMMIT < len(alerts):
+                await asyncio.sleep(0)
+        waiting = [index for index, outcome in enumerate(outcomes) if outcome is PENDING]
+        confirmed = await asyncio.gather(
+            *(self._judge_recorded(alerts[index], notification) for index in waiting)
         )
+        for index, decision in zip(waiting, confirmed, strict=True):
+            outcomes[index] = decision
         return [
             {
                 "alertname": alert.alertname,
@@ -118,26 +166,66 @@ class Restarter:
                 "decision": "resolved" if decision is None else decision.action,
                 "reason": "resolved" if decision is None else decision.reason,
             }
-            for alert, decision in zip(notification.alerts, outcomes, strict=True)
+            for alert, decision in zip(alerts, outcomes, strict=True)
+            if not isinstance(decision, _Pending)
         ]
+
+    def _judge_at_once(
+        self, alert: Alert, notification: Notification
+    ) -> Decision | _Pending | None:
+        """Judge an alert that needs no confirmation (PENDING: one that does)."""
+        if alert.status == "resolved":
+            self._resolve(alert, notification)
+            return None
+        target = self.config.target(alert.target) if alert.target else None
+        now = self.clock()
+        decision = decide(alert, self.config, self._history(alert, now), now)
+        if decision.restarts and target is not None and target.name not in self.acting:
+            return PENDING
+        return self._conclude(alert, decision, notification, target)
+
+    async def _judge_recorded(self, alert: Alert, notification: Notification) -> Decision | None:
+        try:
+            return await self.judge(alert, notification)
+        except JournalError as error:
+            return self._unrecorded(alert, error)
+
+    def _unrecorded(self, alert: Alert, error: JournalError) -> Decision:
+        """The answer for an alert whose decision could not be journaled: nothing is run."""
+        self.metrics.skips.labels(
+            target=self._metric_target(alert), reason=JOURNAL_UNWRITABLE
+        ).inc()
+        log.error(
+            "%s target=%s alert=%s fingerprint=%s: not acted on: %s",
+            JOURNAL_UNWRITABLE,
+            printable(alert.target or ""),
+            printable(alert.alertname),
+            printable(alert.fingerprint),
+            error,
+        )
+        return Decision("skip", JOURNAL_UNWRITABLE, f"not acted on: {error}")
+
+    def _resolve(self, alert: Alert, notification: Notification) -> None:
+        self.journal.record_decision(
+            alert,
+            None,
+            self.clock(),
+            receiver=notification.receiver,
+            external_url=notification.external_url,
+        )
+        self.metrics.resolved.labels(target=self._metric_target(alert)).inc()
+        log.info(
+            "resolved target=%s alert=%s fingerprint=%s (journaled, not acted on)",
+            printable(alert.target or ""),
+            printable(alert.alertname),
+            printable(alert.fingerprint),
+        )
 
     async def judge(self, alert: Alert, notification: Notification) -> Decision | None:
         """Decide about one alert and journal the decision (None: a resolved alert)."""
+        asked_at = time.monotonic()
         if alert.status == "resolved":
-            self.journal.record_decision(
-                alert,
-                None,
-                self.clock(),
-                receiver=notification.receiver,
-                external_url=notification.external_url,
-            )
-            self.metrics.resolved.labels(target=self._metric_target(alert)).inc()
-            log.info(
-                "resolved target=%s alert=%s fingerprint=%s (journaled, not acted on)",
-                alert.target,
-                alert.alertname,
-                alert.fingerprint,
-            )
+            self._resolve(alert, notification)
             return None
         target = self.config.target(alert.target) if alert.target else None
         if target is None:
@@ -153,12 +241,7 @@ class Restarter:
             decision = decide(alert, self.config, self._history(alert, now), now)
             if not decision.restarts:
                 return self._conclude(alert, decision, notification, target)
-            confirmation = await self.confirmer(
-                self.session,
-                target.metrics_url,
-                gap_seconds=self.config.confirm.gap,
-                timeout=self.config.confirm.timeout,
-            )
+            confirmation = await self._confirm(target, asked_at)
             # Other targets may have restarted during the reads: check again, and write the
             # decision with no await in between, so no other decision can slip in.
             now = self.clock()
@@ -167,6 +250,21 @@ class Restarter:
             )
             return self._conclude(alert, decision, notification, target)
 
+    async def _confirm(self, target: Target, asked_at: float) -> Confirmation:
+        """Two fresh reads of the target; reads that ended after `asked_at` are fresh enough,
+        so a burst of alerts about one target costs one confirmation, not one each."""
+        latest = self._confirmations.get(target.name)
+        if latest is not None and latest[0] >= asked_at:
+            return latest[1]
+        confirmation = await self.confirmer(
+            self.session,
+            target.metrics_url,
+            gap_seconds=self.config.confirm.gap,
+            timeout=self.config.confirm.timeout,
+        )
+        self._confirmations[target.name] = (time.monotonic(), confirmation)
+        return confirmation
+
     def _conclude(
         self,
         alert: Alert,
@@ -174,6 +272,12 @@ class Restarter:
         notification: Notification,
         target: Target | None,
     ) -> Decision:
+        if decision.restarts and target is not None and target.name in self.acting:
+            decision = Decision(
+                "skip",
+                ACTION_IN_PROGRESS,
+                f"the restart action of {target.name} is still running; one at a time",
+            )
         now = self.clock()
         row_id = self.journal.record_decision(
             alert,
@@ -185,11 +289,11 @@ class Restarter:
         log.info(
             "%s target=%s alert=%s fingerprint=%s reason=%s: %s",
             decision.action,
-            alert.target,
-            alert.alertname,
-            alert.fingerprint,
+            printable(alert.target or ""),
+            printable(alert.alertname),
+            printable(alert.fingerprint),
             decision.reason,
-            decision.detail,
+            printable(decision.detail),
         )
         if not decision.restarts or target is None:
             self.metrics.skips.labels(
@@ -197,6 +301,7 @@ class Restarter:
             ).inc()
             return decision
         self.metrics.last_restart.labels(target=target.name).set(now)
+        self.acting.add(target.name)
         task = asyncio.create_task(self._act(row_id, target))
         self.actions.add(task)
         task.add_done_callback(self.actions.discard)
@@ -214,23 +319,30 @@ class Restarter:
             )
             self._record_outcome(restart_id, target, outcome)
             raise
+        finally:
+            self.acting.discard(target.name)
         self._record_outcome(restart_id, target, outcome)
 
     def _record_outcome(self, restart_id: int, target: Target, outcome: ActionOutcome) -> None:
-        self.journal.record_action_result(
-            restart_id, outcome.result, outcome.detail, outcome.duration, self.clock()
-        )
         self.metrics.restarts.labels(target=target.name, result=outcome.result).inc()
         self.metrics.action_duration.labels(target=target.name).observe(outcome.duration)
         level = logging.INFO if outcome.result == "success" else logging.WARNING
         log.log(
             level,
             "action_result target=%s result=%s duration=%.2fs: %s",
-            target.name,
+            printable(target.name),
             outcome.result,
             outcome.duration,
-            outcome.detail,
+            printable(outcome.detail),
         )
+        try:
+            self.journal.record_action_result(
+                restart_id, outcome.result, outcome.detail, outcome.duration, self.clock()
+            )
+        except JournalError as error:
+            # The restart is counted and logged above; the next start journals it interrupted.
+            self.metrics.journal_errors.inc()
+            log.error("the result of journal row %d was not journaled: %s", restart_id, error)
 
     def refresh_gauges(self) -> None:
         """Budget and last-restart gauges from the journal (they survive a restart)."""
@@ -247,144 +359,3 @@ class Restarter:
         for name, at in self.journal.last_restart_times(dry_run=self.config.dry_run).items():
             if self.config.target(name) is not None:
                 self.metrics.last_restart.labels(target=name).set(at)
-
-    def authorized(self, request: web.Request) -> bool:
-        if self.config.token is None:
-            return True
-        expected = f"Bearer {self.config.token}".encode()
-        try:
-            given = request.headers.get("Authorization", "").encode("utf-8", "surrogateescape")
-        except UnicodeEncodeError:
-            return False
-        return hmac.compare_digest(given, expected)
-
-
-RESTARTER_KEY = web.AppKey("restarter", Restarter)
-
-
-def _error(status: int, message: str) -> web.Response:
-    return web.json_response({"status": "error", "error": message}, status=status)
-
-
-@web.middleware
-async def count_webhook_answers(
-    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-) -> web.StreamResponse:
-    if request.path != "/alerts":
-        return await handler(request)
-    metrics = request.app[RESTARTER_KEY].metrics
-    try:
-        response = await handler(request)
-    except web.HTTPException as error:
-        metrics.webhook_requests.labels(code=str(error.status)).inc()
-        raise
-    except Exception:
-        metrics.webhook_requests.labels(code="500").inc()
-        raise
-    metrics.webhook_requests.labels(code=str(response.status)).inc()
-    return response
-
-
-async def handle_alerts(request: web.Request) -> web.StreamResponse:
-    restarter = request.app[RESTARTER_KEY]
-    if not restarter.authorized(request):
-        return _error(401, "missing or wrong bearer token")
-    limit = restarter.config.max_body_bytes
-    if request.content_length is not None and request.content_length > limit:
-        return _error(413, f"body larger than {limit} bytes")
-    try:
-        body = await request.read()
-    except web.HTTPRequestEntityTooLarge:
-        return _error(413, f"body larger than {limit} bytes")
-    try:
-        notification = parse_notification(body)
-    except PayloadError as error:
-        log.warning("rejected a webhook payload: %s", error)
-        return _error(400, f"not an Alertmanager version 4 payload: {error}")
-    decisions = await restarter.handle(notification)
-    return web.json_response({"status": "ok", "decisions": decisions})
-
-
-async def handle_journal(request: web.Request) -> web.StreamResponse:
-    restarter = request.app[RESTARTER_KEY]
-    if not restarter.authorized(request):
-        return _error(401, "missing or wrong bearer token")
-    raw = request.query.get("limit", str(DEFAULT_JOURNAL_LIMIT))
-    if not raw.isdigit() or not 1 <= int(raw) <= MAX_JOURNAL_LIMIT:
-        return _error(400, f"limit: expected an integer from 1 to {MAX_JOURNAL_LIMIT}")
-    entries = restarter.journal.recent(int(raw))
-    return web.json_response({"entries": [entry.as_json() for entry in entries]})
-
-
-async def handle_metrics(request: web.Request) -> web.StreamResponse:
-    restarter = request.app[RESTARTER_KEY]
-    restarter.refresh_gauges()
-    return web.Response(
-        body=restarter.metrics.exposition(), headers={"Content-Type": PROMETHEUS_CONTENT_TYPE}
-    )
-
-
-async def handle_healthy(request: web.Request) -> web.StreamResponse:
-    return web.Response(text="OK\n")
-
-
-def build_app(
-    config: RestarterConfig,
-    *,
-    clock: Callable[[], float] = time.time,
-    confirmer: Confirmer = confirm_stall,
-) -> web.Application:
-    """The restarter's aiohttp application (journal opened now, HTTP session on startup)."""
-    if config.token is None:
-        log.warning(
-            "INSECURE: insecure_no_auth is set; anyone who can reach %s can ask for restarts",
-            config.listen,
-        )
-    app = web.Application(
-        client_max_size=config.max_body_bytes, middlewares=[count_webhook_answers]
-    )
-    restarter = Restarter(config, clock=clock, confirmer=confirmer)
-    app[RESTARTER_KEY] = restarter
-
-    async def start(_: web.Application) -> None:
-        await restarter.start()
-
-    async def stop(_: web.Application) -> None:
-        await restarter.stop()
-
-    app.on_startup.append(start)
-    app.on_cleanup.append(stop)
-    app.router.add_post("/alerts", handle_alerts)
-    app.router.add_get("/journal", handle_journal)
-    app.router.add_get("/metrics", handle_metrics)
-    app.router.add_get("/-/healthy", handle_healthy)
-    return app
-
-
-def ssl_context(config: RestarterConfig) -> ssl.SSLContext | None:
-    if config.tls_cert_file is None or config.tls_key_file is None:
-        return None
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    context.load_cert_chain(config.tls_cert_file, config.tls_key_file)
-    return context
-
-
-async def serve(config: RestarterConfig, *, stop: asyncio.Event | None = None) -> None:
-    """Run the restarter until `stop` is set (or forever)."""
-    app = build_app(config)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    host, port = config.host_port
-    try:
-        site = web.TCPSite(runner, host, port, ssl_context=ssl_context(config))
-        await site.start()
-    except BaseException:
-        await runner.cleanup()
-        raise
-    scheme = "https" if config.tls_cert_file else "http"
-    log.info("restarter listening on %s://%s (journal %s)", scheme, config.listen, config.journal)
-    try:
-        await (stop or asyncio.Event()).wait()
-    finally:
-        await runner.cleanup()

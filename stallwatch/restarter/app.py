@@ -1,0 +1,223 @@
+"""The restarter's HTTP side and process life: Alertmanager webhook, journal and metrics endpoints.
+
+Every well-formed payload gets a 200, whatever was decided, so Alertmanager has no reason
+to deliver it again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import re
+import ssl
+import time
+from collections.abc import Awaitable, Callable
+
+import aiohttp
+from aiohttp import web
+
+from stallwatch.common.restarter_config import RestarterConfig
+from stallwatch.core.alerts import PayloadError, parse_notification
+from stallwatch.restarter.confirm import confirm_stall
+from stallwatch.restarter.gate import IDLE_KEEPALIVE_SECONDS, ConnectionGate, RequestsSeen
+from stallwatch.restarter.journal import JournalError, printable
+from stallwatch.restarter.service import JOURNAL_UNWRITABLE, Confirmer, Restarter
+
+log = logging.getLogger("stallwatch.restarter")
+
+DEFAULT_JOURNAL_LIMIT = 50
+MAX_JOURNAL_LIMIT = 1000
+_JOURNAL_LIMIT = re.compile(r"[0-9]{1,4}")
+PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+# A webhook body must arrive within this long once its headers have (a slow or stalled
+# sender would otherwise hold a connection and its memory as long as it likes).
+BODY_READ_TIMEOUT_SECONDS = 10.0
+# How a webhook whose client went away before its body arrived is counted (nginx's code for
+# "client closed request"): no answer was sent, and it is not the restarter's error.
+CLIENT_CLOSED_CODE = "499"
+
+
+def authorized(config: RestarterConfig, request: web.Request) -> bool:
+    """Whether the request carries the configured bearer token (always, with no token set)."""
+    if config.token is None:
+        return True
+    expected = f"Bearer {config.token}".encode()
+    try:
+        given = request.headers.get("Authorization", "").encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return False
+    return hmac.compare_digest(given, expected)
+
+
+RESTARTER_KEY = web.AppKey("restarter", Restarter)
+REQUESTS_SEEN_KEY = web.AppKey("requests_seen", RequestsSeen)
+
+
+def _error(status: int, message: str) -> web.Response:
+    return web.json_response({"status": "error", "error": message}, status=status)
+
+
+@web.middleware
+async def count_webhook_answers(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    if request.path != "/alerts":
+        return await handler(request)
+    metrics = request.app[RESTARTER_KEY].metrics
+    try:
+        response = await handler(request)
+    except ConnectionError:
+        metrics.webhook_requests.labels(code=CLIENT_CLOSED_CODE).inc()
+        raise
+    except web.HTTPException as error:
+        metrics.webhook_requests.labels(code=str(error.status)).inc()
+        raise
+    except Exception:
+        metrics.webhook_requests.labels(code="500").inc()
+        raise
+    metrics.webhook_requests.labels(code=str(response.status)).inc()
+    return response
+
+
+async def handle_alerts(request: web.Request) -> web.StreamResponse:
+    restarter = request.app[RESTARTER_KEY]
+    if not authorized(restarter.config, request):
+        return _error(401, "missing or wrong bearer token")
+    limit = restarter.config.max_body_bytes
+    if request.content_length is not None and request.content_length > limit:
+        return _error(413, f"body larger than {limit} bytes")
+    try:
+        async with asyncio.timeout(BODY_READ_TIMEOUT_SECONDS):
+            body = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        return _error(413, f"body larger than {limit} bytes")
+    except TimeoutError:
+        return _error(408, f"body not received within {BODY_READ_TIMEOUT_SECONDS:g} s")
+    except aiohttp.ClientPayloadError as error:  # the client went away mid-body
+        log.info("webhook client went away before its body arrived: %s", error)
+        raise ConnectionResetError(str(error)) from None
+    try:
+        notification = parse_notification(body)
+    except PayloadError as error:
+        log.warning("rejected a webhook payload: %s", printable(str(error)))
+        return _error(400, f"not an Alertmanager version 4 payload: {error}")
+    decisions = await restarter.handle(notification)
+    if any(decision["reason"] == JOURNAL_UNWRITABLE for decision in decisions):
+        answer = {
+            "status": "error",
+            "error": f"the journal cannot be written ({restarter.journal.failure}): "
+            "alerts whose decision it could not record were not acted on",
+            "decisions": decisions,
+        }
+        return web.json_response(answer, status=503)
+    return web.json_response({"status": "ok", "decisions": decisions})
+
+
+async def handle_journal(request: web.Request) -> web.StreamResponse:
+    restarter = request.app[RESTARTER_KEY]
+    if not authorized(restarter.config, request):
+        return _error(401, "missing or wrong bearer token")
+    raw = request.query.get("limit", str(DEFAULT_JOURNAL_LIMIT))
+    if not _JOURNAL_LIMIT.fullmatch(raw) or not 1 <= int(raw) <= MAX_JOURNAL_LIMIT:
+        return _error(400, f"limit: expected an integer from 1 to {MAX_JOURNAL_LIMIT}")
+    entries = restarter.journal.recent(int(raw))
+    return web.json_response({"entries": [entry.as_json() for entry in entries]})
+
+
+async def handle_metrics(request: web.Request) -> web.StreamResponse:
+    restarter = request.app[RESTARTER_KEY]
+    try:
+        restarter.refresh_gauges()
+    except JournalError as error:  # serve what is known; the error is in the log
+        log.error("metrics: gauges not refreshed from the journal: %s", error)
+    return web.Response(
+        body=restarter.metrics.exposition(), headers={"Content-Type": PROMETHEUS_CONTENT_TYPE}
+    )
+
+
+async def handle_healthy(request: web.Request) -> web.StreamResponse:
+    failure = request.app[RESTARTER_KEY].journal.failure
+    if failure is not None:
+        return web.Response(status=503, text=f"journal failing: {failure}\n")
+    return web.Response(text="OK\n")
+
+
+@web.middleware
+async def journal_errors_are_503(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except JournalError as error:
+        log.error("%s %s: %s", request.method, request.path, error)
+        return _error(503, str(error))
+
+
+def build_app(
+    config: RestarterConfig,
+    *,
+    clock: Callable[[], float] = time.time,
+    confirmer: Confirmer = confirm_stall,
+) -> web.Application:
+    """The restarter's aiohttp application (journal opened now, HTTP session on startup)."""
+    if config.token is None:
+        log.warning(
+            "INSECURE: insecure_no_auth is set; anyone who can reach %s can ask for restarts",
+            config.listen,
+        )
+    seen = RequestsSeen()
+    app = web.Application(
+        client_max_size=config.max_body_bytes,
+        middlewares=[seen.middleware, count_webhook_answers, journal_errors_are_503],
+    )
+    app[REQUESTS_SEEN_KEY] = seen
+    restarter = Restarter(config, clock=clock, confirmer=confirmer)
+    app[RESTARTER_KEY] = restarter
+
+    async def start(_: web.Application) -> None:
+        await restarter.start()
+
+    async def stop(_: web.Application) -> None:
+        await restarter.stop()
+
+    app.on_startup.append(start)
+    app.on_cleanup.append(stop)
+    app.router.add_post("/alerts", handle_alerts)
+    app.router.add_get("/journal", handle_journal)
+    app.router.add_get("/metrics", handle_metrics)
+    app.router.add_get("/-/healthy", handle_healthy)
+    return app
+
+
+def ssl_context(config: RestarterConfig) -> ssl.SSLContext | None:
+    if config.tls_cert_file is None or config.tls_key_file is None:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(config.tls_cert_file, config.tls_key_file)
+    return context
+
+
+async def serve(config: RestarterConfig, *, stop: asyncio.Event | None = None) -> None:
+    """Run the restarter until `stop` is set (or forever)."""
+    app = build_app(config)
+    runner = web.AppRunner(app, access_log=None, keepalive_timeout=IDLE_KEEPALIVE_SECONDS)
+    await runner.setup()
+    host, port = config.host_port
+    assert runner.server is not None  # set up above
+    gate = ConnectionGate(runner.server, app[REQUESTS_SEEN_KEY])
+    try:
+        listener = await asyncio.get_running_loop().create_server(
+            gate.protocol, host, port, ssl=ssl_context(config)
+        )
+    except BaseException:
+        await runner.cleanup()
+        raise
+    scheme = "https" if config.tls_cert_file else "http"
+    log.info("restarter listening on %s://%s (journal %s)", scheme, config.listen, config.journal)
+    try:
+        await (stop or asyncio.Event()).wait()
+    finally:
+        listener.close()
+        await runner.cleanup()

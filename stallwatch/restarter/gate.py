@@ -1,0 +1,93 @@
+"""Admit connections to the restarter's port: a cap on how many, a deadline for the headers.
+
+An unauthenticated client can open connections and send nothing, or half a request; each
+holds a file descriptor. The gate refuses connections beyond a total and a per-address cap
+(with a 503, so a real sender backs off and retries) and closes a connection whose first
+request's headers have not all arrived in time. Between requests on a kept-alive connection
+aiohttp's own keep-alive timer does the same.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+
+# Well below the usual limit of 1 024 open files, which the journal and actions share.
+MAX_CONNECTIONS = 256
+# Alertmanager needs a few connections per instance; one address cannot take all the room.
+MAX_CONNECTIONS_PER_ADDRESS = 32
+HEADER_READ_TIMEOUT_SECONDS = 10.0
+IDLE_KEEPALIVE_SECONDS = 15.0
+_BUSY = (
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nRetry-After: 5\r\n"
+    b"Connection: close\r\n\r\n"
+)
+
+
+class RequestsSeen:
+    """The connections (by transport) that have sent the headers of at least one request."""
+
+    def __init__(self) -> None:
+        self.transports: weakref.WeakSet[asyncio.BaseTransport] = weakref.WeakSet()
+
+    @web.middleware
+    async def middleware(
+        self,
+        request: web.Request,
+        handler: Callable[[web.Request], Awaitable[web.StreamResponse]],
+    ) -> web.StreamResponse:
+        if request.transport is not None:
+            self.transports.add(request.transport)
+        return await handler(request)
+
+
+def _address(transport: asyncio.BaseTransport) -> str:
+    peer = transport.get_extra_info("peername")
+    return str(peer[0]) if isinstance(peer, tuple) and peer else str(peer)
+
+
+class ConnectionGate:
+    """A protocol factory for `loop.create_server` in front of aiohttp's own."""
+
+    def __init__(self, server: web.Server, seen: RequestsSeen) -> None:
+        self._server = server
+        self._seen = seen
+        self.refused = 0
+
+    def protocol(self) -> asyncio.Protocol:
+        return _Gatekeeper(self)
+
+    def admits(self, address: str) -> bool:
+        open_now = [h.transport for h in self._server.connections if h.transport is not None]
+        if len(open_now) >= MAX_CONNECTIONS:
+            return False
+        same = sum(1 for transport in open_now if _address(transport) == address)
+        return same < MAX_CONNECTIONS_PER_ADDRESS
+
+    def hand_over(self, transport: asyncio.Transport) -> None:
+        handler = self._server()
+        transport.set_protocol(handler)
+        handler.connection_made(transport)
+        loop = asyncio.get_running_loop()
+        loop.call_later(HEADER_READ_TIMEOUT_SECONDS, self._expire, transport)
+
+    def _expire(self, transport: asyncio.Transport) -> None:
+        if transport not in self._seen.transports and not transport.is_closing():
+            transport.close()
+
+
+class _Gatekeeper(asyncio.Protocol):
+    def __init__(self, gate: ConnectionGate) -> None:
+        self._gate = gate
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        if self._gate.admits(_address(transport)):
+            self._gate.hand_over(transport)
+            return
+        self._gate.refused += 1
+        transport.write(_BUSY)
+        transport.close()
