@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 
 from stallwatch.core.engines import llamacpp, lmdeploy, ollama, sglang, tgi, triton, trtllm, vllm
-from stallwatch.core.engines.profile import EngineProfile, Endpoint, Series
+from stallwatch.core.engines.profile import Endpoint, EngineProfile, Series
 
 # Engines whose /metrics stallwatch reads, in the order `kind: auto` prefers on a tie.
 PROFILES: Mapping[str, EngineProfile] = MappingProxyType(
@@ -54,8 +54,8 @@ __all__ = [
     "PROFILES",
     "PROXY",
     "TARGET_KINDS",
-    "EngineProfile",
     "Endpoint",
+    "EngineProfile",
     "Series",
     "default_metrics_path",
     "profile_for",

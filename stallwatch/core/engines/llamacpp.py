@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from stallwatch.core.engines.profile import (
     OPENAI_TEST_PATHS,
-    EngineProfile,
     Endpoint,
+    EngineProfile,
     Series,
     SleepCheck,
     series,
@@ -52,6 +52,8 @@ PROFILE = EngineProfile(
         Endpoint("GET", "/slots", "wakes a sleeping server; hangs with a wedged decode"),
         Endpoint("GET", "/metrics?model=", "router mode: loads the model unless autoload=false"),
     ),
-    flat_while_legit="one llama_decode call (one n_batch chunk of a prompt) longer than the interval",
+    flat_while_legit=(
+        "one llama_decode call (one n_batch chunk of a prompt) longer than the interval"
+    ),
     restart_signal="the Process-Start-Time-Unix header changed; else a counter went down",
 )

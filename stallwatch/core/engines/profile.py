@@ -1,4 +1,4 @@
-"""The one shape of an engine profile: which series make the common sample, and which endpoints are safe.
+"""The one shape of an engine profile: the series behind the common sample, and safe endpoints.
 
 A profile is data. `stallwatch.core.reading` turns a payload into samples with it, the decision
 table reads the sample's common fields and the few facts a profile states about its engine

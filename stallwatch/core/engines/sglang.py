@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from stallwatch.core.engines.profile import (
     OPENAI_TEST_PATHS,
-    EngineProfile,
     Endpoint,
+    EngineProfile,
     InflightSeries,
     Series,
     series,

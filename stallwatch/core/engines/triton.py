@@ -9,7 +9,7 @@ the executor's iteration stats, among them `nv_trt_llm_general_metrics{general_t
 
 from __future__ import annotations
 
-from stallwatch.core.engines.profile import EngineProfile, Endpoint, Series, series
+from stallwatch.core.engines.profile import Endpoint, EngineProfile, Series, series
 
 PROFILE = EngineProfile(
     kind="triton",
@@ -38,6 +38,8 @@ PROFILE = EngineProfile(
     unsafe_endpoints=(
         Endpoint("POST", "/v2/models/{model}/generate", "a generation: never sent by stallwatch"),
     ),
-    flat_while_legit="one iteration longer than the interval; whether stats come while idle is unverified",
+    flat_while_legit=(
+        "one iteration longer than the interval; whether stats come while idle is unverified"
+    ),
     restart_signal="a counter went down (the iteration counter starts again)",
 )

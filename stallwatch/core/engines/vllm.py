@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from stallwatch.core.engines.profile import (
     OPENAI_TEST_PATHS,
-    EngineProfile,
     Endpoint,
+    EngineProfile,
     Series,
     series,
 )
