@@ -275,7 +275,10 @@ def classify(previous: Reading | None, current: Reading) -> Verdict:
     any_work = any(v.state in (State.BUSY, State.STALLED, State.UNKNOWN) for v in engine_verdicts)
     probe_needed = not any_work and any(v.probe_needed for v in engine_verdicts)
     if probe_needed:
+        stale = [v.reason for v in engine_verdicts if v.probe_needed and v.state == State.IDLE]
         state, reason = State.IDLE, "no work and nothing completed: an idle test request decides"
+        if stale and "stale" in stale[0]:
+            reason = stale[0]
     else:
         state, reason = worst.state, worst.reason
         if len(engine_verdicts) > 1:

@@ -146,7 +146,7 @@ def probe_request(
     return TEST_PATHS[endpoint], body
 
 
-def test_request_allowed(engine_kind: str | None, endpoint: ProbeEndpoint) -> bool:
+def allows_test_request(engine_kind: str | None, endpoint: ProbeEndpoint) -> bool:
     """Whether the engine's profile marks the test request's path safe (unknown engine: yes)."""
     profile = PROFILES.get(engine_kind or "")
     return profile is None or TEST_PATHS[endpoint] in profile.test_paths

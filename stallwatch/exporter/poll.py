@@ -12,11 +12,11 @@ from stallwatch.core.reading import Reading
 from stallwatch.exporter.config import TargetConfig
 from stallwatch.exporter.fetch import (
     NO_METRICS_STATUSES,
+    allows_test_request,
     engine_sleeps,
     models_answer,
     read_metrics,
     send_probe,
-    test_request_allowed,
 )
 
 
@@ -96,7 +96,7 @@ async def poll_once(
             with_probe_result(verdict, True, "test request disabled; idle by its counters"),
             reading,
         )
-    if not test_request_allowed(reading.engine_kind, target.probe.endpoint):
+    if not allows_test_request(reading.engine_kind, target.probe.endpoint):
         detail = f"{reading.engine_kind} has no safe test request; idle by its counters"
         return outcome(with_probe_result(verdict, True, detail), reading)
     model = target.probe.model or (reading.model_names[0] if reading.model_names else "")
