@@ -3,14 +3,23 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Literal, cast
+from typing import Literal, cast, get_args
 
 from stallwatch.common.config import ConfigError, Section
 
-TargetKind = Literal["vllm", "proxy"]
-TARGET_KINDS: tuple[str, ...] = ("vllm", "proxy")
+TargetKind = Literal[
+    "auto", "vllm", "sglang", "tgi", "llamacpp", "lmdeploy", "trtllm", "triton", "proxy"
+]
+# Every value of a target's `kind` (`auto`, the default, recognises the engine from its
+# families). The engine profiles in the core hold the same list; a unit test keeps them equal.
+TARGET_KINDS: tuple[str, ...] = get_args(TargetKind)
+DEFAULT_METRICS_PATH = "/metrics"
+# Engines that publish Prometheus metrics somewhere else (trtllm-serve's `/metrics` is a
+# destructive JSON read of its stats queue).
+ENGINE_METRICS_PATHS: Mapping[str, str] = MappingProxyType({"trtllm": "/prometheus/metrics"})
 ProbeEndpoint = Literal["completions", "chat"]
 PROBE_ENDPOINTS: tuple[str, ...] = ("completions", "chat")
 DEFAULT_LISTEN = "127.0.0.1:9732"
@@ -22,7 +31,7 @@ DEFAULT_MAX_PAYLOAD_BYTES = 8 * 1024 * 1024
 MIN_INTERVAL_SECONDS = 0.05
 MIN_PROBE_TIMEOUT_SECONDS = 0.1
 _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
-_RESERVED_LABELS = frozenset({"target", "state", "reason", "url", "kind", "version"})
+_RESERVED_LABELS = frozenset({"target", "state", "reason", "url", "kind", "engine", "version"})
 _TOP_KEYS = ("listen", "interval", "timeout", "probe", "max_payload_bytes", "targets")
 _PROBE_KEYS = ("enabled", "model", "endpoint", "timeout")
 _TARGET_KEYS = ("name", "url", "kind", "metrics_path", "interval", "timeout", "probe", "labels")
@@ -42,7 +51,7 @@ class ProbeConfig:
 class TargetConfig:
     name: str
     url: str
-    kind: TargetKind = "vllm"
+    kind: TargetKind = "auto"
     metrics_path: str = "/metrics"
     interval_seconds: float = DEFAULT_INTERVAL_SECONDS
     timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS
@@ -85,13 +94,16 @@ def _target(
     for label in labels:
         if not _LABEL_NAME.match(label) or label.startswith("__") or label in _RESERVED_LABELS:
             raise section.error("labels", f"{label!r} cannot be used as a label name")
-    metrics_path = section.string("metrics_path", "/metrics")
+    kind = cast(TargetKind, section.choice("kind", "auto", TARGET_KINDS))
+    metrics_path = section.string(
+        "metrics_path", ENGINE_METRICS_PATHS.get(kind, DEFAULT_METRICS_PATH)
+    )
     if not metrics_path.startswith("/"):
         raise section.error("metrics_path", "must start with /")
     target = TargetConfig(
         name=name,
         url=url,
-        kind=cast(TargetKind, section.choice("kind", "vllm", TARGET_KINDS)),
+        kind=kind,
         metrics_path=metrics_path,
         interval_seconds=section.duration("interval", interval, minimum=MIN_INTERVAL_SECONDS),
         timeout_seconds=section.duration("timeout", timeout, minimum=MIN_INTERVAL_SECONDS),

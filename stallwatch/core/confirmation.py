@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
 from stallwatch.core.classify import State, Verdict, classify
-from stallwatch.core.reading import COUNTERS, GENERATION_TOKENS, STEPS, Reading
+from stallwatch.core.reading import EngineSample, Reading
 
 Refusal = Literal["progress", "idle", "down", "error"]
-
-# A stall is counters that stand still; these are the ones every step of running work moves.
-STALL_EVIDENCE: tuple[str, ...] = (STEPS, GENERATION_TOKENS)
 
 
 @dataclass(frozen=True)
@@ -28,6 +26,9 @@ def judge_confirmation(verdict: Verdict) -> Confirmation:
         return Confirmation(True, None, verdict.reason, verdict)
     if verdict.state == State.DOWN:
         return Confirmation(False, "down", verdict.reason, verdict)
+    if verdict.state == State.UNKNOWN and not verdict.progressed:
+        # Work present and nothing that could show progress: no evidence either way.
+        return Confirmation(False, "error", f"{verdict.state}: {verdict.reason}", verdict)
     if verdict.has_work or verdict.progressed or verdict.state == State.RESTARTED:
         return Confirmation(False, "progress", f"{verdict.state}: {verdict.reason}", verdict)
     if verdict.state in (State.IDLE, State.SLEEPING):
@@ -44,9 +45,9 @@ def judge_reads(first: Reading, second: Reading) -> Confirmation:
     confirmation = judge_confirmation(verdict)
     if confirmation.confirmed:
         stalled = {(e.model_name, e.engine) for e in verdict.engines if e.state == State.STALLED}
-        missing = missing_signals(first, second, stalled, STALL_EVIDENCE)
+        missing = missing_signals(first, second, stalled, stall_evidence)
     elif confirmation.refusal == "idle":
-        missing = missing_signals(first, second, set(second.engine_map()), COUNTERS)
+        missing = missing_signals(first, second, set(second.engine_map()), any_counter)
     else:
         return confirmation
     if missing is None:
@@ -55,13 +56,28 @@ def judge_reads(first: Reading, second: Reading) -> Confirmation:
     return Confirmation(False, "error", detail, verdict)
 
 
+def stall_evidence(engine: EngineSample) -> tuple[str, ...]:
+    """The counters every step of the engine's running work moves (its profile says which):
+    a stall is these standing still."""
+    names = engine.profile.role_names
+    return tuple(names[role] for role in engine.profile.stall_evidence if role in names)
+
+
+def any_counter(engine: EngineSample) -> tuple[str, ...]:
+    """Every progress counter the engine's profile knows."""
+    return tuple(engine.counters())
+
+
 def missing_signals(
-    first: Reading, second: Reading, engines: set[tuple[str, str]], evidence: tuple[str, ...]
+    first: Reading,
+    second: Reading,
+    engines: set[tuple[str, str]],
+    evidence_of: Callable[[EngineSample], tuple[str, ...]],
 ) -> str | None:
     """What is absent that `engines` need to show a standstill, or None if nothing is.
 
-    Each engine must carry one of the `evidence` counters in both reads, and no counter it
-    had in the first read may be gone from the second.
+    Each engine must carry one of its evidence counters (`evidence_of`) in both reads, and no
+    counter it had in the first read may be gone from the second.
     """
     before, after = first.engine_map(), second.engine_map()
     for key in sorted(engines):
@@ -71,10 +87,15 @@ def missing_signals(
             return f"{name} is not in both reads"
         old_counters, new_counters = old.counters(), new.counters()
         gone = [
-            c for c, value in old_counters.items() if value is not None and new_counters[c] is None
+            c
+            for c, value in old_counters.items()
+            if value is not None and new_counters.get(c) is None
         ]
         if gone:
             return f"{name}: {', '.join(gone)} gone between the two reads"
-        if not any(old_counters[c] is not None and new_counters[c] is not None for c in evidence):
-            return f"{name}: none of {', '.join(evidence)} in both reads"
+        evidence = evidence_of(new)
+        if not any(
+            old_counters.get(c) is not None and new_counters.get(c) is not None for c in evidence
+        ):
+            return f"{name}: none of {', '.join(evidence) or 'its counters'} in both reads"
     return None

@@ -25,6 +25,7 @@ from stallwatch.common.exporter_config import (
     TargetConfig,
 )
 from stallwatch.core.classify import State
+from stallwatch.core.engines import AUTO, TARGET_KINDS, default_metrics_path
 from stallwatch.core.history import TargetHistory
 from stallwatch.core.rules import POLLS_TO_FIRE, RESTART_ALERT_STATES, restart_alerts
 from stallwatch.exporter.fetch import DEFAULT_MAX_BYTES
@@ -60,11 +61,18 @@ class CheckResult:
             "waiting": verdict.waiting if verdict else None,
             "steps_per_second": verdict.steps_per_second if verdict else None,
             "tokens_per_second": verdict.tokens_per_second if verdict else None,
+            "engine": engine_of(self.history),
             "restart_detected": self.history.restarts_detected > 0,
             "probe_requests_sent": self.history.probe_requests,
             "polls": self.history.polls,
             "exit_code": self.exit_code,
         }
+
+
+def engine_of(history: TargetHistory) -> str:
+    """The engine the last reading was read as; empty when none was recognised."""
+    reading = history.baseline
+    return reading.engine_kind or "" if reading is not None else ""
 
 
 def _needs_another_poll(history: TargetHistory) -> bool:
@@ -150,7 +158,10 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         help="timeout of the test request (default 10s)",
     )
     parser.add_argument(
-        "--kind", default="vllm", choices=("vllm", "proxy"), help="server kind (default vllm)"
+        "--kind",
+        default=AUTO,
+        choices=TARGET_KINDS,
+        help="the server's engine, or auto to recognise it from its metrics (default auto)",
     )
     parser.set_defaults(handler=run)
 
@@ -171,6 +182,7 @@ def run(args: argparse.Namespace) -> int:
         name="check",
         url=args.url,
         kind=args.kind,
+        metrics_path=default_metrics_path(args.kind),
         interval_seconds=args.interval,
         timeout_seconds=min(args.timeout, args.interval),
         probe=ProbeConfig(

@@ -11,7 +11,14 @@ from stallwatch.core.classify import State, Verdict, classify, down, with_probe_
 from stallwatch.core.history import PollOutcome
 from stallwatch.core.probe import settle_probe
 from stallwatch.core.reading import Reading
-from stallwatch.exporter.fetch import models_answer, read_metrics, send_probe
+from stallwatch.exporter.fetch import (
+    NO_METRICS_STATUSES,
+    allows_test_request,
+    engine_sleeps,
+    models_answer,
+    read_metrics,
+    send_probe,
+)
 
 
 async def _poll_proxy(session: aiohttp.ClientSession, target: TargetConfig) -> Verdict:
@@ -55,8 +62,17 @@ async def poll_once(
         )
 
     read = await read_metrics(
-        session, target.metrics_url, timeout=target.timeout_seconds, max_bytes=max_payload_bytes
+        session,
+        target.metrics_url,
+        timeout=target.timeout_seconds,
+        max_bytes=max_payload_bytes,
+        kind=target.kind,
     )
+    if read.status in NO_METRICS_STATUSES and await models_answer(
+        session, target.url, timeout=target.timeout_seconds
+    ):
+        reason = f"reachable, but no metrics (/metrics: {read.detail}); never restarted"
+        return outcome(Verdict(State.NO_METRICS, reason), None)
     if read.reading is None:
         return outcome(down(f"/metrics: {read.detail}"), None, error_reason=read.error_reason)
     reading = read.reading
@@ -71,11 +87,19 @@ async def poll_once(
     verdict = classify(baseline, reading)
     if not verdict.probe_needed:
         return outcome(verdict, reading)
+    asleep = await engine_sleeps(
+        session, target.url, reading.engine_kind, timeout=target.timeout_seconds
+    )
+    if asleep:
+        return outcome(Verdict(State.SLEEPING, f"{reading.engine_kind} says it sleeps"), reading)
     if not target.probe.enabled:
         return outcome(
             with_probe_result(verdict, True, "test request disabled; idle by its counters"),
             reading,
         )
+    if not allows_test_request(reading.engine_kind, target.probe.endpoint):
+        detail = f"{reading.engine_kind} has no safe test request; idle by its counters"
+        return outcome(with_probe_result(verdict, True, detail), reading)
     model = target.probe.model or (reading.model_names[0] if reading.model_names else "")
     probe = await send_probe(
         session,
@@ -91,6 +115,7 @@ async def poll_once(
             target.metrics_url,
             timeout=target.timeout_seconds,
             max_bytes=max_payload_bytes,
+            kind=target.kind,
         )
         reread = again.reading
     settled = settle_probe(

@@ -23,7 +23,10 @@ INVALID: dict[str, str] = {
     "interval-negative": "interval: expected a duration like 15s, 10m or 1h, got '-5s'",
     "interval-number": "interval: expected a duration like 15s, 10m or 1h, got 15",
     "interval-zero": "interval: must be at least 50ms, got 0s",
-    "kind": "targets[0].kind: expected one of vllm, proxy, got 'tgi'",
+    "kind": (
+        "targets[0].kind: expected one of auto, vllm, sglang, tgi, llamacpp, lmdeploy, "
+        "trtllm, triton, proxy, got 'ollama'"
+    ),
     "label-name": "targets[0].labels: 'target' cannot be used as a label name",
     "listen-ipv6": "listen: write an IPv6 address in brackets, e.g. [::1]:9732, got '::1:9732'",
     "listen": "listen: expected host:port, e.g. 127.0.0.1:9732, got 'nowhere'",
