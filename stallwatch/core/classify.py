@@ -7,6 +7,7 @@ the network, the idle test request, is returned as `probe_needed` and settled by
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
@@ -75,7 +76,8 @@ def restart_evidence(previous: Reading, current: Reading) -> str | None:
     """Why `current` comes from a different process than `previous`, or None if it does not.
 
     A start time (or start marker) that changed is proof; where the server publishes none
-    (prometheus multiprocess mode), any counter going down is.
+    (prometheus multiprocess mode, TGI, SGLang), any counter going down is, and on engines
+    whose series exist only once updated, a counter that vanished.
     """
     if _moved(previous.process_start_time, current.process_start_time):
         return "process start time changed"
@@ -83,16 +85,23 @@ def restart_evidence(previous: Reading, current: Reading) -> str | None:
         previous.start_marker != current.start_marker
     ):
         return "process start marker changed"
+    if None not in (previous.engine_kind, current.engine_kind) and (
+        previous.engine_kind != current.engine_kind
+    ):
+        return f"engine changed ({previous.engine_kind} -> {current.engine_kind})"
     before = previous.engine_map()
     for engine in current.engines:
         old = before.get(engine.key)
         if old is None:
             continue
         old_counters = old.counters()
+        vanish = engine.profile.counters_vanish_on_restart
         for name, value in engine.counters().items():
             old_value = old_counters[name]
             if value is not None and old_value is not None and value < old_value:
                 return f"{name} went down ({old_value:g} -> {value:g})"
+            if vanish and value is None and old_value is not None:
+                return f"{name} vanished (was {old_value:g})"
     return None
 
 
@@ -108,12 +117,85 @@ def _progress_signals(old: EngineSample, new: EngineSample) -> list[str]:
         if value is not None and (before := old_counters[name]) is not None and value > before
     ]
     if _moved(old.kv_cache_usage, new.kv_cache_usage):
-        moved.append("vllm:kv_cache_usage_perc")
+        moved.append(new.profile.role_names["kv_cache_usage"])
     return moved
 
 
-def classify_engine(previous: EngineSample | None, current: EngineSample) -> EngineVerdict:
-    """One engine's state from two samples of the same process."""
+def _imprecise(sample: EngineSample, roles: tuple[str, ...]) -> list[str]:
+    """The evidence counters printed with too few digits to show every increase."""
+    digits = sample.profile.significant_digits
+    if digits is None:
+        return []
+    limit = 10.0**digits
+    names = sample.profile.role_names
+    return [
+        f"{names[role]} {value:.6g}"
+        for role in roles
+        if (value := getattr(sample, role)) is not None and abs(value) >= limit
+    ]
+
+
+def _without_progress(
+    previous: EngineSample, current: EngineSample, elapsed: float, inflight: float | None
+) -> tuple[State, str, bool]:
+    """Work present and nothing moved: stalled only when the engine's counters can prove it."""
+    profile = current.profile
+    if profile.stall_unprovable:
+        return State.UNKNOWN, f"work present and nothing moved; {profile.stall_unprovable}", False
+    if inflight is not None and inflight == 0:
+        reason = "no generation request in flight: the work gauges are stale"
+        return State.IDLE, f"{reason}; an idle test request decides", True
+    if _moved(previous.idle_loop, current.idle_loop):
+        name = profile.role_names["idle_loop"]
+        reason = (
+            f"{name} moved, so the engine loop turns without a batch: the work gauges are stale"
+        )
+        return State.IDLE, f"{reason}; an idle test request decides", True
+    evidence = [
+        role
+        for role in profile.stall_evidence
+        if getattr(previous, role) is not None and getattr(current, role) is not None
+    ]
+    if not evidence:
+        names = ", ".join(profile.role_names.get(role, role) for role in profile.stall_evidence)
+        return (
+            State.UNKNOWN,
+            f"work present, but no progress counter ({names}) in both reads",
+            False,
+        )
+    imprecise = _imprecise(current, tuple(evidence))
+    if len(imprecise) == len(evidence):
+        digits = profile.significant_digits or 0
+        largest = max(abs(getattr(current, role)) for role in evidence)
+        step = 10.0 ** (math.floor(math.log10(largest)) + 1 - digits)
+        reason = (
+            f"work present and nothing moved, but {', '.join(imprecise)} is printed to "
+            f"{profile.significant_digits} significant digits: increases under {step:g} do not "
+            "show, so this is no proof of a stall"
+        )
+        return State.UNKNOWN, reason, False
+    lag = profile.work_gauge_lag_seconds
+    if lag and current.idle_loop is None and elapsed < lag:
+        reason = (
+            f"work present and nothing moved in {elapsed:g} s, but {profile.work_gauge_lag}: "
+            f"a stall needs reads at least {lag:g} s apart"
+        )
+        return State.UNKNOWN, reason, False
+    return State.STALLED, "work present and no progress signal moved", False
+
+
+def classify_engine(
+    previous: EngineSample | None,
+    current: EngineSample,
+    *,
+    elapsed: float = 0.0,
+    inflight: float | None = None,
+) -> EngineVerdict:
+    """One engine's state from two samples of the same process, `elapsed` seconds apart.
+
+    `inflight` is the server's count of client requests in flight, where the engine
+    publishes one that is fresher than its work gauges.
+    """
 
     def verdict(state: State, reason: str, **flags: bool) -> EngineVerdict:
         return EngineVerdict(current.model_name, current.engine, state, reason, **flags)
@@ -130,7 +212,13 @@ def classify_engine(previous: EngineSample | None, current: EngineSample) -> Eng
     if has_work:
         if moved:
             return verdict(State.BUSY, "work present; moved: " + ", ".join(moved), progressed=True)
-        return verdict(State.STALLED, "work present and no progress signal moved")
+        state, reason, probe = _without_progress(previous, current, elapsed, inflight)
+        return verdict(state, reason, probe_needed=probe)
+    lag = current.profile.work_gauge_lag
+    live = [name for name in moved if current.role_of(name) != "requests_completed"]
+    if lag and live:
+        reason = f"no work reported, but {lag}; moved: {', '.join(live)}"
+        return verdict(State.BUSY, reason, progressed=True, completed=completed)
     if moved or completed:
         return verdict(
             State.IDLE,
@@ -178,7 +266,11 @@ def classify(previous: Reading | None, current: Reading) -> Verdict:
                 waiting=waiting,
             )
     before = previous.engine_map() if previous is not None and previous.has_engines else {}
-    engine_verdicts = tuple(classify_engine(before.get(e.key), e) for e in current.engines)
+    elapsed = current.taken_at - previous.taken_at if previous is not None else 0.0
+    engine_verdicts = tuple(
+        classify_engine(before.get(e.key), e, elapsed=elapsed, inflight=current.inflight_requests)
+        for e in current.engines
+    )
     worst = max(engine_verdicts, key=lambda v: _ENGINE_SEVERITY[v.state])
     any_work = any(v.state in (State.BUSY, State.STALLED, State.UNKNOWN) for v in engine_verdicts)
     probe_needed = not any_work and any(v.probe_needed for v in engine_verdicts)

@@ -1,10 +1,12 @@
-"""Parse a vLLM `/metrics` payload into a `Reading`: only what the decision needs.
+"""Parse a model server's `/metrics` payload into a `Reading`: the common engine sample, per engine.
 
-A payload is about 50 KB of exposition text, of which a few dozen lines matter. The parser
-looks at each line's metric name first and parses labels and value only for the lines it
-wants, so it spends its time proportional to the payload size with a small constant.
-A garbled payload is not an error: lines that cannot be read are counted and skipped, and a
-payload without any engine series simply yields a reading with no engines.
+Which series feed which field of the sample is each engine's profile
+(`stallwatch.core.engines`); `kind="auto"` reads every profile's series in one pass and keeps
+the engine whose identifying families are present. A payload is tens of KB of exposition
+text of which a few dozen lines matter: the parser looks at each line's first character and
+metric name first and parses labels and value only for the lines it wants. A garbled payload
+is not an error: unreadable lines are counted and skipped, and a payload without any engine
+series yields a reading with no engines.
 """
 
 from __future__ import annotations
@@ -13,20 +15,23 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
+from stallwatch.core.engines import AUTO, PROFILES, profile_for
+from stallwatch.core.engines.profile import COUNTER_ROLES, EngineProfile, InflightSeries, Series
+
 PROCESS_START_TIME = "process_start_time_seconds"
 
-# The engine-side series the decision reads, by the sample name vLLM V1 exports.
-RUNNING = "vllm:num_requests_running"
-WAITING = "vllm:num_requests_waiting"
-KV_CACHE_USAGE = "vllm:kv_cache_usage_perc"
-SLEEP_STATE = "vllm:engine_sleep_state"
-STEPS = "vllm:iteration_tokens_total_count"
-GENERATION_TOKENS = "vllm:generation_tokens_total"
-PROMPT_TOKENS = "vllm:prompt_tokens_total"
-REQUESTS_COMPLETED = "vllm:request_success_total"
-PREEMPTIONS = "vllm:num_preemptions_total"
-
-# Counters: each only grows within one process, so a decrease means a new process.
+# vLLM's names for the common fields, kept for the callers that name them.
+_VLLM = PROFILES["vllm"].role_names
+RUNNING = _VLLM["running"]
+WAITING = _VLLM["waiting"]
+KV_CACHE_USAGE = _VLLM["kv_cache_usage"]
+SLEEP_STATE = _VLLM["awake"]
+STEPS = _VLLM["steps"]
+GENERATION_TOKENS = _VLLM["generation_tokens"]
+PROMPT_TOKENS = _VLLM["prompt_tokens"]
+REQUESTS_COMPLETED = _VLLM["requests_completed"]
+PREEMPTIONS = _VLLM["preemptions"]
+# vLLM's counters: each only grows within one process, so a decrease means a new process.
 COUNTERS: tuple[str, ...] = (
     STEPS,
     GENERATION_TOKENS,
@@ -34,19 +39,14 @@ COUNTERS: tuple[str, ...] = (
     REQUESTS_COMPLETED,
     PREEMPTIONS,
 )
-GAUGES: tuple[str, ...] = (RUNNING, WAITING, KV_CACHE_USAGE)
-# request_success_total has one series per finished_reason; they are added up.
-SUMMED: frozenset[str] = frozenset({REQUESTS_COMPLETED})
-
-_WANTED: frozenset[str] = frozenset((*COUNTERS, *GAUGES, SLEEP_STATE))
 
 
 @dataclass(frozen=True)
 class EngineSample:
-    """The values of one engine (one `model_name`, `engine` label pair) in one read.
+    """The common sample of one engine (one model and engine-label identity) in one read.
 
-    A value is None when the payload had no sample for it (prometheus multiprocess mode
-    publishes some gauges only after the first request): unknown, not zero.
+    A value is None when the payload had no sample for it (some registries publish a series
+    only after its first update): unknown, not zero. `kind` names the profile that read it.
     """
 
     model_name: str
@@ -60,10 +60,17 @@ class EngineSample:
     prompt_tokens: float | None = None
     requests_completed: float | None = None
     preemptions: float | None = None
+    forward_tokens: float | None = None
+    idle_loop: float | None = None
+    kind: str = "vllm"
 
     @property
     def key(self) -> tuple[str, str]:
         return (self.model_name, self.engine)
+
+    @property
+    def profile(self) -> EngineProfile:
+        return profile_for(self.kind)
 
     @property
     def work(self) -> float:
@@ -71,13 +78,16 @@ class EngineSample:
         return (self.running or 0.0) + (self.waiting or 0.0)
 
     def counters(self) -> dict[str, float | None]:
-        return {
-            STEPS: self.steps,
-            GENERATION_TOKENS: self.generation_tokens,
-            PROMPT_TOKENS: self.prompt_tokens,
-            REQUESTS_COMPLETED: self.requests_completed,
-            PREEMPTIONS: self.preemptions,
-        }
+        """The engine's progress counters by their exported family name."""
+        names = self.profile.role_names
+        return {names[role]: getattr(self, role) for role in COUNTER_ROLES if role in names}
+
+    def role_of(self, family: str) -> str | None:
+        """The common field a family name of this engine feeds."""
+        for role, name in self.profile.role_names.items():
+            if name == family:
+                return role
+        return None
 
 
 @dataclass(frozen=True)
@@ -90,10 +100,17 @@ class Reading:
     malformed_lines: int = 0
     # A start marker from a response header (llama.cpp's Process-Start-Time-Unix): equality only.
     start_marker: str | None = field(default=None)
+    # Client requests in flight at the HTTP layer, where the engine publishes them fresh.
+    inflight_requests: float | None = None
 
     @property
     def has_engines(self) -> bool:
         return bool(self.engines)
+
+    @property
+    def engine_kind(self) -> str | None:
+        """The profile that read the engines; None when no engine's families were present."""
+        return self.engines[0].kind if self.engines else None
 
     def engine_map(self) -> dict[tuple[str, str], EngineSample]:
         return {engine.key: engine for engine in self.engines}
@@ -108,7 +125,7 @@ class Reading:
 
     @property
     def model_names(self) -> tuple[str, ...]:
-        return tuple(sorted({engine.model_name for engine in self.engines}))
+        return tuple(sorted({e.model_name for e in self.engines if e.model_name}))
 
 
 def _sum_known(values: Iterable[float | None]) -> float | None:
@@ -176,79 +193,159 @@ def _split_sample(line: str) -> tuple[str, dict[str, str], float]:
     return line[:space], {}, _parse_value(line[space:])
 
 
-def _add(current: float | None, value: float) -> float:
-    return value if current is None else current + value
+@dataclass(frozen=True)
+class _Table:
+    """What one parse looks for: sample name to (profile, rules), and the lines' first letters."""
+
+    series: Mapping[str, tuple[EngineProfile, tuple[Series, ...]]]
+    inflight: Mapping[str, tuple[EngineProfile, InflightSeries]]
+    first_letters: frozenset[str]
 
 
-def parse_reading(payload: str, *, taken_at: float) -> Reading:
+def _table(profiles: Iterable[EngineProfile]) -> _Table:
+    series: dict[str, tuple[EngineProfile, tuple[Series, ...]]] = {}
+    inflight: dict[str, tuple[EngineProfile, InflightSeries]] = {}
+    for profile in profiles:
+        for name, rules in profile.series.items():
+            series[name] = (profile, rules)
+        if profile.inflight is not None:
+            inflight[profile.inflight.name] = (profile, profile.inflight)
+    letters = {name[0] for name in (*series, *inflight, PROCESS_START_TIME)}
+    return _Table(series, inflight, frozenset(letters))
+
+
+_TABLES: dict[str, _Table] = {kind: _table((profile,)) for kind, profile in PROFILES.items()}
+_TABLES[AUTO] = _table(PROFILES.values())
+
+
+def _identity(profile: EngineProfile, labels: Mapping[str, str]) -> tuple[str, str]:
+    model = labels.get(profile.model_label, "") if profile.model_label else ""
+    names = profile.engine_labels
+    if not names:
+        return model, ""
+    if len(names) == 1:
+        return model, labels.get(names[0], "")
+    return model, "/".join(labels.get(name, "") for name in names)
+
+
+def parse_reading(payload: str, *, taken_at: float, kind: str = AUTO) -> Reading:
     """Read the engine series and the process start time from exposition text.
 
-    Non-finite values are treated as missing. A payload with no engine series gives a
-    reading with no engines (the `no_metrics` state), never an exception.
+    `kind` forces one engine's profile; `auto` keeps the engine whose identifying families
+    are present. Non-finite values are treated as missing. A payload with no engine series
+    gives a reading with no engines (the `no_metrics` state), never an exception.
     """
-    values: dict[tuple[str, str], dict[str, float]] = {}
+    table_kind = kind if kind == AUTO else profile_for(kind).kind
+    table = _TABLES[table_kind]
+    first_letters = table.first_letters
+    wanted = table.series
+    values: dict[str, dict[tuple[str, str], dict[str, float]]] = {}
+    inflight: dict[str, float] = {}
+    seen: dict[str, set[str]] = {}
     start_time: float | None = None
     malformed = 0
     for raw_line in payload.splitlines():
         line = raw_line.strip()
-        if not line or line[0] == "#":
+        if not line or line[0] not in first_letters:
             continue
-        if line[0] == "v":
-            end = len(line)
-            for stop in ("{", " "):
-                found = line.find(stop)
-                if 0 <= found < end:
-                    end = found
-            name = line[:end]
-            if name not in _WANTED:
-                continue
-            try:
-                _, labels, value = _split_sample(line)
-            except _MalformedLine:
-                malformed += 1
-                continue
-            if not math.isfinite(value):
-                continue
-            if name == SLEEP_STATE:
-                if labels.get("sleep_state") != "awake":
+        end = len(line)
+        for stop in ("{", " "):
+            found = line.find(stop)
+            if 0 <= found < end:
+                end = found
+        name = line[:end]
+        entry = wanted.get(name)
+        if entry is None:
+            if name == PROCESS_START_TIME:
+                try:
+                    _, _, value = _split_sample(line)
+                except _MalformedLine:
+                    malformed += 1
                     continue
-                name = "awake"
-            key = (labels.get("model_name", ""), labels.get("engine", ""))
-            engine_values = values.setdefault(key, {})
-            if name in SUMMED:
-                engine_values[name] = _add(engine_values.get(name), value)
-            else:
-                engine_values[name] = value
-        elif line.startswith(PROCESS_START_TIME):
-            try:
-                name, _, value = _split_sample(line)
-            except _MalformedLine:
-                malformed += 1
+                if math.isfinite(value):
+                    start_time = value
+            elif name in table.inflight:
+                malformed += _add_inflight(line, table.inflight[name], inflight)
+            continue
+        try:
+            _, labels, value = _split_sample(line)
+        except _MalformedLine:
+            malformed += 1
+            continue
+        if not math.isfinite(value):
+            continue
+        profile, rules = entry
+        for rule in rules:
+            if not rule.keeps(labels):
                 continue
-            if name == PROCESS_START_TIME and math.isfinite(value):
-                start_time = value
-    engines = tuple(_engine_sample(key, found) for key, found in sorted(values.items()))
+            seen.setdefault(profile.kind, set()).add(name)
+            engine_values = values.setdefault(profile.kind, {}).setdefault(
+                _identity(profile, labels), {}
+            )
+            role = rule.role
+            if rule.summed and role in engine_values:
+                engine_values[role] += value
+            else:
+                engine_values[role] = value
+    chosen = _choose(seen) if kind == AUTO else (table_kind if table_kind in values else None)
+    if chosen is None:
+        return Reading(taken_at=taken_at, process_start_time=start_time, malformed_lines=malformed)
+    engines = tuple(
+        _engine_sample(chosen, key, found) for key, found in sorted(values[chosen].items())
+    )
     return Reading(
         taken_at=taken_at,
         engines=engines,
         process_start_time=start_time,
         malformed_lines=malformed,
+        inflight_requests=inflight.get(chosen),
     )
 
 
-def _engine_sample(key: tuple[str, str], found: Mapping[str, float]) -> EngineSample:
+def _add_inflight(
+    line: str, entry: tuple[EngineProfile, InflightSeries], totals: dict[str, float]
+) -> int:
+    """Add one in-flight sample to its engine's total; 1 when the line is malformed."""
+    profile, rule = entry
+    try:
+        _, labels, value = _split_sample(line)
+    except _MalformedLine:
+        return 1
+    if math.isfinite(value) and labels.get(rule.label) not in rule.not_counted:
+        totals[profile.kind] = totals.get(profile.kind, 0.0) + value
+    elif math.isfinite(value):
+        totals.setdefault(profile.kind, 0.0)
+    return 0
+
+
+def _choose(seen: Mapping[str, set[str]]) -> str | None:
+    """The engine whose identifying families are present; the most series found wins a tie."""
+    best: str | None = None
+    best_score = (0, 0)
+    for kind, names in seen.items():
+        score = (len(names & PROFILES[kind].identified_by), len(names))
+        if score[0] and score > best_score:
+            best, best_score = kind, score
+    return best
+
+
+def _engine_sample(kind: str, key: tuple[str, str], found: Mapping[str, float]) -> EngineSample:
+    get = found.get
     return EngineSample(
         model_name=key[0],
         engine=key[1],
-        running=found.get(RUNNING),
-        waiting=found.get(WAITING),
-        kv_cache_usage=found.get(KV_CACHE_USAGE),
-        awake=found.get("awake"),
-        steps=found.get(STEPS),
-        generation_tokens=found.get(GENERATION_TOKENS),
-        prompt_tokens=found.get(PROMPT_TOKENS),
-        requests_completed=found.get(REQUESTS_COMPLETED),
-        preemptions=found.get(PREEMPTIONS),
+        running=get("running"),
+        waiting=get("waiting"),
+        kv_cache_usage=get("kv_cache_usage"),
+        awake=get("awake"),
+        steps=get("steps"),
+        generation_tokens=get("generation_tokens"),
+        prompt_tokens=get("prompt_tokens"),
+        requests_completed=get("requests_completed"),
+        preemptions=get("preemptions"),
+        forward_tokens=get("forward_tokens"),
+        idle_loop=get("idle_loop"),
+        kind=kind,
     )
 
 

@@ -17,6 +17,7 @@ import aiohttp
 
 from stallwatch import USER_AGENT
 from stallwatch.core.classify import State
+from stallwatch.core.engines import AUTO, TARGET_KINDS, default_metrics_path
 from stallwatch.core.history import TargetHistory
 from stallwatch.exporter.config import ProbeConfig, TargetConfig
 from stallwatch.exporter.fetch import DEFAULT_MAX_BYTES, ProbeEndpoint
@@ -52,11 +53,18 @@ class CheckResult:
             "waiting": verdict.waiting if verdict else None,
             "steps_per_second": verdict.steps_per_second if verdict else None,
             "tokens_per_second": verdict.tokens_per_second if verdict else None,
+            "engine": engine_of(self.history),
             "restart_detected": self.history.restarts_detected > 0,
             "probe_requests_sent": self.history.probe_requests,
             "polls": self.history.polls,
             "exit_code": self.exit_code,
         }
+
+
+def engine_of(history: TargetHistory) -> str:
+    """The engine the last reading was read as; empty when none was recognised."""
+    reading = history.baseline
+    return reading.engine_kind or "" if reading is not None else ""
 
 
 def _needs_another_poll(history: TargetHistory) -> bool:
@@ -131,7 +139,10 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         "--probe-timeout", type=float, default=10.0, help="timeout of the test request"
     )
     parser.add_argument(
-        "--kind", default="vllm", choices=("vllm", "proxy"), help="server kind (default vllm)"
+        "--kind",
+        default=AUTO,
+        choices=TARGET_KINDS,
+        help="the server's engine, or auto to recognise it from its metrics (default auto)",
     )
     parser.set_defaults(handler=run)
 
@@ -141,6 +152,7 @@ def run(args: argparse.Namespace) -> int:
         name="check",
         url=args.url,
         kind=args.kind,
+        metrics_path=default_metrics_path(args.kind),
         interval_seconds=args.interval,
         timeout_seconds=min(args.timeout, args.interval),
         probe=ProbeConfig(

@@ -9,6 +9,7 @@ from prometheus_client.registry import Collector
 
 from stallwatch import __version__
 from stallwatch.core.classify import State
+from stallwatch.core.engines import AUTO, PROXY
 from stallwatch.core.history import TargetHistory
 from stallwatch.exporter.config import ExporterConfig, TargetConfig
 from stallwatch.exporter.service import ReloadStatus
@@ -71,7 +72,13 @@ class ExporterCollector(Collector):
         up = out.gauge(
             "stallwatch_target_up", "1 when the last read of the target's endpoint answered."
         )
-        info = out.gauge("stallwatch_target_info", "The target's URL and kind.", ("url", "kind"))
+        info = out.gauge(
+            "stallwatch_target_info",
+            "The target's URL, its configured kind, and the engine its metrics were read as "
+            "(the kind itself when forced; under kind auto the engine recognised, `none` when "
+            "the server publishes no engine's metrics, empty before the first read).",
+            ("url", "kind", "engine"),
+        )
         interval = out.gauge(
             "stallwatch_target_interval_seconds", "Seconds between two polls of the target."
         )
@@ -126,7 +133,8 @@ class ExporterCollector(Collector):
             state_polls.add_metric([target.name, *values], history.state_polls)
             if history.verdict is not None:
                 up.add_metric([target.name, *values], history.verdict.state != State.DOWN)
-            info.add_metric([target.name, target.url, target.kind, *values], 1)
+            engine = engine_label(target, history)
+            info.add_metric([target.name, target.url, target.kind, engine, *values], 1)
             interval.add_metric([target.name, *values], target.interval_seconds)
             verdict = history.verdict
             if verdict is not None and verdict.state != State.DOWN:
@@ -162,6 +170,18 @@ class ExporterCollector(Collector):
         )
         build.add_metric([__version__], 1)
         yield build
+
+
+def engine_label(target: TargetConfig, history: TargetHistory) -> str:
+    """Which engine the target was read as: what `kind: auto` chose, or what was forced."""
+    if target.kind == PROXY:
+        return PROXY
+    reading = history.baseline
+    if reading is not None and reading.engine_kind is not None:
+        return reading.engine_kind
+    if history.state == State.NO_METRICS:
+        return "none"
+    return "" if target.kind == AUTO else target.kind
 
 
 def _label_values(target: TargetConfig, extra: tuple[str, ...]) -> list[str]:

@@ -10,17 +10,19 @@ from typing import Literal, cast
 from urllib.parse import urlsplit
 
 from stallwatch.common.config import ConfigError, Section, load_yaml_mapping
+from stallwatch.core.engines import TARGET_KINDS, default_metrics_path
 from stallwatch.exporter.fetch import ProbeEndpoint
 
-TargetKind = Literal["vllm", "proxy"]
-TARGET_KINDS: tuple[str, ...] = ("vllm", "proxy")
+TargetKind = Literal[
+    "auto", "vllm", "sglang", "tgi", "llamacpp", "lmdeploy", "trtllm", "triton", "proxy"
+]
 DEFAULT_LISTEN = "127.0.0.1:9732"
 DEFAULT_INTERVAL_SECONDS = 15.0
 DEFAULT_TIMEOUT_SECONDS = 5.0
 DEFAULT_PROBE_TIMEOUT_SECONDS = 10.0
 DEFAULT_MAX_PAYLOAD_BYTES = 8 * 1024 * 1024
 _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
-_RESERVED_LABELS = frozenset({"target", "state", "reason", "url", "kind", "version"})
+_RESERVED_LABELS = frozenset({"target", "state", "reason", "url", "kind", "engine", "version"})
 
 
 @dataclass(frozen=True)
@@ -37,7 +39,7 @@ class ProbeConfig:
 class TargetConfig:
     name: str
     url: str
-    kind: TargetKind = "vllm"
+    kind: TargetKind = "auto"
     metrics_path: str = "/metrics"
     interval_seconds: float = DEFAULT_INTERVAL_SECONDS
     timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS
@@ -98,13 +100,14 @@ def _target(
     for label in labels:
         if not _LABEL_NAME.match(label) or label.startswith("__") or label in _RESERVED_LABELS:
             raise section.error("labels", f"{label!r} cannot be used as a label name")
-    metrics_path = section.string("metrics_path", "/metrics")
+    kind = cast(TargetKind, section.choice("kind", "auto", TARGET_KINDS))
+    metrics_path = section.string("metrics_path", default_metrics_path(kind))
     if not metrics_path.startswith("/"):
         raise section.error("metrics_path", "must start with /")
     target = TargetConfig(
         name=section.string("name", required=True),
         url=_url(section),
-        kind=cast(TargetKind, section.choice("kind", "vllm", TARGET_KINDS)),
+        kind=kind,
         metrics_path=metrics_path,
         interval_seconds=section.duration("interval", interval, minimum=0.05),
         timeout_seconds=section.duration("timeout", timeout, minimum=0.05),

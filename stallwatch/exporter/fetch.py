@@ -1,11 +1,16 @@
 """The exporter's only network I/O: read `/metrics`, ask `/v1/models`, send the idle test request.
 
+Every endpoint called here is one the target's engine profile marks safe: `/metrics`,
+`/v1/models`, the profile's sleep check (llama.cpp `/props`, LMDeploy `/health`) and its idle
+test request; never a generation-backed health check, never llama.cpp's `/slots`.
+
 Each function takes the process's one `aiohttp.ClientSession`, has a timeout and a body-size
 cap, and returns a result object instead of raising for the failures a server can produce.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -13,11 +18,17 @@ from typing import Any, Literal
 import aiohttp
 
 from stallwatch import USER_AGENT
+from stallwatch.core.engines import AUTO, PROFILES
+from stallwatch.core.engines.llamacpp import START_HEADER
 from stallwatch.core.reading import Reading, parse_reading, with_start_marker
 
 DEFAULT_MAX_BYTES = 8 * 1024 * 1024
 # llama.cpp sends its process start (monotonic microseconds) in this header of /metrics.
-START_MARKER_HEADER = "Process-Start-Time-Unix"
+START_MARKER_HEADER = START_HEADER
+# Statuses of a server that is up but publishes no metrics (Ollama: 404; llama.cpp without
+# --metrics: 501).
+NO_METRICS_STATUSES = frozenset({404, 501})
+TEST_PATHS: dict[str, str] = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 
 ProbeEndpoint = Literal["completions", "chat"]
 ErrorReason = Literal["timeout", "connection", "http_status", "too_large", "parse"]
@@ -73,8 +84,9 @@ async def read_metrics(
     timeout: float,
     max_bytes: int = DEFAULT_MAX_BYTES,
     now: float | None = None,
+    kind: str = AUTO,
 ) -> ReadResult:
-    """GET `url` (a full `/metrics` URL) and parse it into a Reading taken at `now`."""
+    """GET `url` (a full `/metrics` URL) and parse it with the `kind` profile (or `auto`)."""
     try:
         async with session.get(
             url,
@@ -96,7 +108,8 @@ async def read_metrics(
         return ReadResult(None, "too_large", f"payload larger than {max_bytes} bytes")
     text = body.decode("utf-8", errors="replace")
     taken_at = time.time() if now is None else now
-    reading = with_start_marker(parse_reading(text, taken_at=taken_at), marker)
+    reading = parse_reading(text, taken_at=taken_at, kind=kind if kind in PROFILES else AUTO)
+    reading = with_start_marker(reading, marker)
     return ReadResult(reading)
 
 
@@ -119,15 +132,54 @@ async def models_answer(session: aiohttp.ClientSession, base_url: str, *, timeou
 def probe_request(
     model: str, endpoint: Literal["completions", "chat"]
 ) -> tuple[str, dict[str, Any]]:
-    """The path and JSON body of the smallest request that proves the engine answers."""
+    """The path and JSON body of the smallest request that proves the engine answers.
+
+    Without a model name (llama.cpp, TGI publish none) the field is left out: those servers
+    answer with the one model they serve.
+    """
+    body: dict[str, Any] = {"model": model} if model else {}
     if endpoint == "chat":
-        return "/v1/chat/completions", {
-            "model": model,
-            "messages": [{"role": "user", "content": "ping"}],
-            "max_tokens": 1,
-            "temperature": 0,
-        }
-    return "/v1/completions", {"model": model, "prompt": "ping", "max_tokens": 1, "temperature": 0}
+        body["messages"] = [{"role": "user", "content": "ping"}]
+    else:
+        body["prompt"] = "ping"
+    body.update(max_tokens=1, temperature=0)
+    return TEST_PATHS[endpoint], body
+
+
+def test_request_allowed(engine_kind: str | None, endpoint: ProbeEndpoint) -> bool:
+    """Whether the engine's profile marks the test request's path safe (unknown engine: yes)."""
+    profile = PROFILES.get(engine_kind or "")
+    return profile is None or TEST_PATHS[endpoint] in profile.test_paths
+
+
+async def engine_sleeps(
+    session: aiohttp.ClientSession, base_url: str, engine_kind: str | None, *, timeout: float
+) -> bool | None:
+    """Ask the engine's own sleep check (never one that wakes it); None when it has none or
+    the answer says nothing."""
+    profile = PROFILES.get(engine_kind or "")
+    check = profile.sleep_check if profile is not None else None
+    if check is None:
+        return None
+    try:
+        async with session.get(
+            join_url(base_url, check.path),
+            headers=default_headers(),
+            timeout=aiohttp.ClientTimeout(total=timeout),
+        ) as response:
+            body = await _read_body(response, 1024 * 1024)
+    except (TimeoutError, aiohttp.ClientError):
+        return None
+    try:
+        document = json.loads(body or b"")
+    except ValueError:
+        return None
+    if not isinstance(document, dict) or check.field not in document:
+        return None
+    value: object = document[check.field]
+    if check.equals is not None:
+        return value == check.equals
+    return value if isinstance(value, bool) else None
 
 
 async def send_probe(

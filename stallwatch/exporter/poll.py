@@ -10,7 +10,14 @@ from stallwatch.core.classify import State, Verdict, classify, down, with_probe_
 from stallwatch.core.history import PollOutcome
 from stallwatch.core.reading import Reading
 from stallwatch.exporter.config import TargetConfig
-from stallwatch.exporter.fetch import models_answer, read_metrics, send_probe
+from stallwatch.exporter.fetch import (
+    NO_METRICS_STATUSES,
+    engine_sleeps,
+    models_answer,
+    read_metrics,
+    send_probe,
+    test_request_allowed,
+)
 
 
 async def _poll_proxy(session: aiohttp.ClientSession, target: TargetConfig) -> Verdict:
@@ -54,8 +61,17 @@ async def poll_once(
         )
 
     read = await read_metrics(
-        session, target.metrics_url, timeout=target.timeout_seconds, max_bytes=max_payload_bytes
+        session,
+        target.metrics_url,
+        timeout=target.timeout_seconds,
+        max_bytes=max_payload_bytes,
+        kind=target.kind,
     )
+    if read.status in NO_METRICS_STATUSES and await models_answer(
+        session, target.url, timeout=target.timeout_seconds
+    ):
+        reason = f"reachable, but no metrics (/metrics: {read.detail}); never restarted"
+        return outcome(Verdict(State.NO_METRICS, reason), None)
     if read.reading is None:
         return outcome(down(f"/metrics: {read.detail}"), None, error_reason=read.error_reason)
     reading = read.reading
@@ -70,11 +86,19 @@ async def poll_once(
     verdict = classify(baseline, reading)
     if not verdict.probe_needed:
         return outcome(verdict, reading)
+    asleep = await engine_sleeps(
+        session, target.url, reading.engine_kind, timeout=target.timeout_seconds
+    )
+    if asleep:
+        return outcome(Verdict(State.SLEEPING, f"{reading.engine_kind} says it sleeps"), reading)
     if not target.probe.enabled:
         return outcome(
             with_probe_result(verdict, True, "test request disabled; idle by its counters"),
             reading,
         )
+    if not test_request_allowed(reading.engine_kind, target.probe.endpoint):
+        detail = f"{reading.engine_kind} has no safe test request; idle by its counters"
+        return outcome(with_probe_result(verdict, True, detail), reading)
     model = target.probe.model or (reading.model_names[0] if reading.model_names else "")
     probe = await send_probe(
         session,
@@ -88,7 +112,11 @@ async def poll_once(
     # Work may have arrived while the test request waited: a fresh read that shows the
     # engine moving overrules the failed request, so a busy server is never unresponsive.
     again = await read_metrics(
-        session, target.metrics_url, timeout=target.timeout_seconds, max_bytes=max_payload_bytes
+        session,
+        target.metrics_url,
+        timeout=target.timeout_seconds,
+        max_bytes=max_payload_bytes,
+        kind=target.kind,
     )
     if again.reading is not None and again.reading.has_engines:
         recheck = classify(reading, again.reading)

@@ -16,7 +16,7 @@ BUSY_1 = "vllm-0.32.0-cpu-busy-1.txt"
 BUSY_2 = "vllm-0.32.0-cpu-busy-2.txt"
 PREFILL_1 = "vllm-0.32.0-cpu-chunked-prefill-1.txt"
 PREFILL_2 = "vllm-0.32.0-cpu-chunked-prefill-2.txt"
-LLAMACPP = "llamacpp-0c1e57098-cpu-busy-1.txt"
+NO_ENGINE = "a payload with no engine's families"
 
 
 def set_sample(payload: str, sample: str, value: float) -> str:
@@ -78,6 +78,8 @@ class Case:
 
 
 def fixture(name: str) -> str:
+    if name == NO_ENGINE:
+        return multiprocess(real_payload(IDLE)).replace("vllm:", "other:")
     return real_payload(name)
 
 
@@ -89,7 +91,7 @@ CASES = [
     Case("idle, nothing completed: test request decides", IDLE, IDLE, State.IDLE, True),
     Case("first read with work", None, BUSY_1, State.UNKNOWN),
     Case("first read without work: test request decides", None, IDLE, State.IDLE, True),
-    Case("no engine series", BUSY_1, LLAMACPP, State.NO_METRICS),
+    Case("no engine series", BUSY_1, NO_ENGINE, State.NO_METRICS),
 ]
 
 

@@ -42,7 +42,7 @@ def test_example_config_is_valid() -> None:
         ),
         ("targets:\n- {name: a}\n", "targets[0].url", "is required"),
         ("targets:\n- {name: a, url: ftp://x}\n", "targets[0].url", "http(s) URL"),
-        ("targets:\n- {name: a, url: http://x:1, kind: tgi}\n", "targets[0].kind", "one of"),
+        ("targets:\n- {name: a, url: http://x:1, kind: ollama}\n", "targets[0].kind", "one of"),
         ("interval: soon\n", "interval", "duration"),
         ("listen: nowhere\n", "listen", "host:port"),
         (

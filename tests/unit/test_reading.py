@@ -36,10 +36,13 @@ def test_idle_payload_has_no_work() -> None:
     assert reading.has_engines
 
 
-def test_llamacpp_payload_has_no_vllm_engine_series() -> None:
-    """llama.cpp's families are not read as vLLM engines (its profile is a later addition)."""
-    reading = parse_reading(real_payload("llamacpp-0c1e57098-cpu-busy-1.txt"), taken_at=0.0)
-    assert not reading.has_engines
+def test_llamacpp_payload_is_read_by_its_own_profile_not_as_vllm() -> None:
+    """`auto` recognises llama.cpp's families; forced to vLLM they are no engine series."""
+    payload = real_payload("llamacpp-0c1e57098-cpu-busy-1.txt")
+    reading = parse_reading(payload, taken_at=0.0)
+    assert reading.engine_kind == "llamacpp"
+    assert [(e.running, e.steps) for e in reading.engines] == [(2.0, 1206.0)]
+    assert not parse_reading(payload, taken_at=0.0, kind="vllm").has_engines
 
 
 def test_data_parallel_engines_are_read_separately() -> None:

@@ -1,0 +1,149 @@
+"""The one shape of an engine profile: the series behind the common sample, and safe endpoints.
+
+A profile is data. `stallwatch.core.reading` turns a payload into samples with it, the decision
+table reads the sample's common fields and the few facts a profile states about its engine
+(stale work gauges, counters printed at reduced precision, counters that move only at the end of
+a request), and the exporter calls only the endpoints a profile marks safe.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+# The fields of the common sample a series can feed (see reading.EngineSample).
+ROLES: frozenset[str] = frozenset(
+    {
+        "running",  # work gauges: requests in the engine's batch
+        "waiting",  # work gauges: requests queued for it (several series are added up)
+        "kv_cache_usage",  # a gauge that moves during legitimate work (vLLM)
+        "awake",  # 0 while the engine sleeps
+        "steps",  # the per-forward progress counter
+        "forward_tokens",  # tokens computed per forward (moves per step)
+        "generation_tokens",
+        "prompt_tokens",
+        "requests_completed",
+        "preemptions",
+        "idle_loop",  # a counter that moves only while the engine loop turns without work
+    }
+)
+COUNTER_ROLES: tuple[str, ...] = (
+    "steps",
+    "forward_tokens",
+    "generation_tokens",
+    "prompt_tokens",
+    "requests_completed",
+    "preemptions",
+)
+
+
+@dataclass(frozen=True)
+class Series:
+    """One exported sample name read into one role of the common sample.
+
+    `label`/`values` keep only samples whose label has one of the values; `summed` adds up
+    every kept sample of one engine (a counter split by `mode`, `method`, `finished_reason`).
+    """
+
+    role: str
+    summed: bool = False
+    label: str | None = None
+    values: frozenset[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        if self.role not in ROLES:
+            raise ValueError(f"unknown role {self.role!r}")
+
+    def keeps(self, labels: Mapping[str, str]) -> bool:
+        return self.label is None or labels.get(self.label) in self.values
+
+
+@dataclass(frozen=True)
+class InflightSeries:
+    """A fresh server-level gauge of client requests in flight, minus the endpoints named."""
+
+    name: str
+    label: str
+    not_counted: frozenset[str]
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """An HTTP endpoint of the engine and what calling it does."""
+
+    method: str
+    path: str
+    effect: str
+
+
+@dataclass(frozen=True)
+class SleepCheck:
+    """A safe endpoint that says whether the engine sleeps: JSON `field` true means asleep,
+    or (when `equals` is set) the field's string equals it."""
+
+    path: str
+    field: str
+    equals: str | None = None
+
+
+@dataclass(frozen=True)
+class EngineProfile:
+    kind: str
+    title: str
+    series: Mapping[str, tuple[Series, ...]]
+    # Sample names that identify the engine in `kind: auto`; None: every name in `series`.
+    signature: frozenset[str] | None = None
+    model_label: str = "model_name"
+    engine_labels: tuple[str, ...] = ()
+    metrics_path: str = "/metrics"
+    # Counters that every step of running work moves: a stall needs one of them in both reads.
+    stall_evidence: tuple[str, ...] = ("steps",)
+    # Non-empty: metrics alone can never prove a stall on this engine, and this says why.
+    stall_unprovable: str = ""
+    # Seconds the work gauges can lag behind the engine; 0 when they are read live.
+    work_gauge_lag_seconds: float = 0.0
+    work_gauge_lag: str = ""
+    # Digits the engine prints its numbers with; counters at or above 10**digits lose increments.
+    significant_digits: int | None = None
+    # Where the engine publishes no start time, a counter that vanishes also marks a new process.
+    counters_vanish_on_restart: bool = False
+    inflight: InflightSeries | None = None
+    # The idle test requests the engine accepts (`max_tokens: 1`), by path; empty: none.
+    test_paths: frozenset[str] = frozenset()
+    sleep_check: SleepCheck | None = None
+    safe_endpoints: tuple[Endpoint, ...] = ()
+    unsafe_endpoints: tuple[Endpoint, ...] = ()
+    flat_while_legit: str = ""
+    restart_signal: str = ""
+    # Family names by role, for reasons and for the counters the decision compares.
+    role_names: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+
+    def __post_init__(self) -> None:
+        if self.signature is None:
+            object.__setattr__(self, "signature", frozenset(self.series))
+        elif not self.signature <= set(self.series):
+            raise ValueError(f"{self.kind}: signature names not in series")
+        names: dict[str, str] = dict(self.role_names)
+        for name, rules in self.series.items():
+            for rule in rules:
+                names.setdefault(rule.role, name)
+        object.__setattr__(self, "role_names", MappingProxyType(names))
+
+    @property
+    def identified_by(self) -> frozenset[str]:
+        return self.signature or frozenset()
+
+    @property
+    def safe_paths(self) -> frozenset[str]:
+        return frozenset(endpoint.path for endpoint in self.safe_endpoints)
+
+
+def series(table: Mapping[str, Series | tuple[Series, ...]]) -> Mapping[str, tuple[Series, ...]]:
+    """A read-only series table; a single rule may be given without a tuple."""
+    return MappingProxyType(
+        {name: rules if isinstance(rules, tuple) else (rules,) for name, rules in table.items()}
+    )
+
+
+OPENAI_TEST_PATHS = frozenset({"/v1/completions", "/v1/chat/completions"})

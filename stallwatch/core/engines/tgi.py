@@ -1,0 +1,51 @@
+"""Hugging Face TGI v3: per-forward progress from the router's batch counters, no start time.
+
+Read in huggingface/text-generation-inference `backends/v3/src/backend.rs` and `queue.rs`
+(db931fc, after v3.3.7): `tgi_batch_inference_success{method}` gains one after every Prefill or
+Decode call; metrics-rs prints counters without `_total` and a series appears at its first update.
+"""
+
+from __future__ import annotations
+
+from stallwatch.core.engines.profile import (
+    OPENAI_TEST_PATHS,
+    Endpoint,
+    EngineProfile,
+    Series,
+    series,
+)
+
+PROFILE = EngineProfile(
+    kind="tgi",
+    title="TGI",
+    series=series(
+        {
+            "tgi_batch_current_size": Series("running"),
+            "tgi_queue_size": Series("waiting"),
+            "tgi_batch_inference_success": Series("steps", summed=True),
+            "tgi_request_success": Series("requests_completed"),
+            "tgi_request_generated_tokens_sum": Series("generation_tokens"),
+            "tgi_request_input_length_sum": Series("prompt_tokens"),
+        }
+    ),
+    stall_evidence=("steps",),
+    counters_vanish_on_restart=True,
+    test_paths=OPENAI_TEST_PATHS,
+    safe_endpoints=(
+        Endpoint("GET", "/metrics", "router only"),
+        Endpoint("GET", "/info", "router only"),
+        Endpoint("GET", "/v1/models", "router only"),
+        Endpoint("POST", "/v1/completions", "the idle test request only (max_tokens 1)"),
+    ),
+    unsafe_endpoints=(
+        Endpoint(
+            "GET",
+            "/health",
+            "waits for the shard (one forward); after an error runs a dummy prefill",
+        ),
+        Endpoint("GET", "/", "same handler as /health"),
+        Endpoint("GET", "/ping", "same handler as /health"),
+    ),
+    flat_while_legit="one huge prefill the model cannot chunk (a single gRPC call)",
+    restart_signal="a counter went down or vanished (no start time)",
+)

@@ -1,0 +1,51 @@
+"""TensorRT-LLM `trtllm-serve` (PyTorch backend): counters that move only when a request ends.
+
+Read in NVIDIA/TensorRT-LLM `tensorrt_llm/metrics/collector.py` and `serve/openai_server.py`:
+the iteration stats behind every gauge are drained only when a request completes, the
+per-request counters move at completion, and `/prometheus/metrics` is multiprocess (no start
+time). Metrics alone cannot tell a long request from a stuck one: never `stalled`.
+"""
+
+from __future__ import annotations
+
+from stallwatch.core.engines.profile import (
+    OPENAI_TEST_PATHS,
+    Endpoint,
+    EngineProfile,
+    Series,
+    series,
+)
+
+PROFILE = EngineProfile(
+    kind="trtllm",
+    title="TensorRT-LLM (trtllm-serve)",
+    series=series(
+        {
+            "trtllm_num_requests_running": Series("running"),
+            "trtllm_num_requests_waiting": Series("waiting"),
+            "trtllm_generation_tokens_total": Series("generation_tokens"),
+            "trtllm_prompt_tokens_total": Series("prompt_tokens"),
+            "trtllm_request_success_total": Series("requests_completed", summed=True),
+        }
+    ),
+    metrics_path="/prometheus/metrics",
+    stall_evidence=("requests_completed",),
+    stall_unprovable=(
+        "trtllm-serve's counters and gauges move only when a request completes: its metrics "
+        "cannot tell a long request from a stuck one (read Triton's iteration counter instead)"
+    ),
+    counters_vanish_on_restart=True,
+    test_paths=OPENAI_TEST_PATHS,
+    safe_endpoints=(
+        Endpoint("GET", "/prometheus/metrics", "read-only (needs return_perf_metrics)"),
+        Endpoint("GET", "/health", "an executor-state flag"),
+        Endpoint("GET", "/v1/models", "API server only"),
+        Endpoint("POST", "/v1/completions", "the idle test request only (max_tokens 1)"),
+    ),
+    unsafe_endpoints=(
+        Endpoint("GET", "/metrics", "a destructive JSON read of the iteration-stats queue"),
+        Endpoint("GET", "/health_generate", "runs a 1-token generation"),
+    ),
+    flat_while_legit="every request until it completes",
+    restart_signal="a counter went down or vanished (multiprocess: no start time)",
+)

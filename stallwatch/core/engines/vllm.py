@@ -1,0 +1,50 @@
+"""vLLM V1 (0.9 to 0.33): the families the decision reads and the endpoints stallwatch may call."""
+
+from __future__ import annotations
+
+from stallwatch.core.engines.profile import (
+    OPENAI_TEST_PATHS,
+    Endpoint,
+    EngineProfile,
+    Series,
+    series,
+)
+
+PROFILE = EngineProfile(
+    kind="vllm",
+    title="vLLM",
+    series=series(
+        {
+            "vllm:num_requests_running": Series("running"),
+            "vllm:num_requests_waiting": Series("waiting"),
+            "vllm:kv_cache_usage_perc": Series("kv_cache_usage"),
+            "vllm:engine_sleep_state": Series(
+                "awake", label="sleep_state", values=frozenset({"awake"})
+            ),
+            "vllm:iteration_tokens_total_count": Series("steps"),
+            "vllm:generation_tokens_total": Series("generation_tokens"),
+            "vllm:prompt_tokens_total": Series("prompt_tokens"),
+            "vllm:request_success_total": Series("requests_completed", summed=True),
+            "vllm:num_preemptions_total": Series("preemptions"),
+        }
+    ),
+    engine_labels=("engine",),
+    stall_evidence=("steps", "generation_tokens"),
+    test_paths=OPENAI_TEST_PATHS,
+    safe_endpoints=(
+        Endpoint("GET", "/metrics", "read-only; no engine involvement"),
+        Endpoint("GET", "/v1/models", "API server only"),
+        Endpoint("GET", "/health", "API server and engine-alive flag; runs no generation"),
+        Endpoint("GET", "/version", "API server only"),
+        Endpoint("POST", "/v1/completions", "the idle test request only (max_tokens 1)"),
+    ),
+    unsafe_endpoints=(
+        Endpoint("POST", "/sleep", "puts the engine to sleep"),
+        Endpoint("POST", "/pause", "dev mode: freezes or aborts requests"),
+    ),
+    flat_while_legit=(
+        "a long chunked prefill with prefix-cache hits or tiny chunks (KV usage may not move); "
+        "a dev-mode pause with mode=keep"
+    ),
+    restart_signal="process_start_time_seconds changed; else any counter went down",
+)
