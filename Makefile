@@ -47,7 +47,7 @@ test-unit: $(STAMP) system-deps
 
 # Everything but the real-vLLM tier (no vLLM install needed).
 test-fast: $(STAMP) system-deps
-	$(BIN)/python -m pytest -q -p no:cacheprovider tests --ignore=tests/real
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests --ignore=tests/real --ignore=tests/real_llamacpp
 
 # Only the real-vLLM tier.
 test-real: $(STAMP) system-deps

@@ -9,6 +9,7 @@ import signal
 import sys
 from typing import Any
 
+from stallwatch.simulator.engines import ENGINES
 from stallwatch.simulator.load import DEFAULT_USER_AGENT, run_load
 from stallwatch.simulator.proxy import running_proxy
 from stallwatch.simulator.server import SimConfig, SimServer
@@ -18,12 +19,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     defaults = SimConfig()
     parser = subparsers.add_parser(
         "sim",
-        help="run a simulated vLLM 0.32 server (with fault injection), a load generator or a proxy",
+        help="run a simulated vLLM 0.32 (or other engine's) server with fault injection, "
+        "a load generator or a proxy",
         description=(
             "Serve a simulated vLLM 0.32 (V1 engine) OpenAI-compatible API: /metrics in the real "
             "format, /health, /v1/models, /version, /v1/completions, /v1/chat/completions, "
-            "/sleep, /wake_up, plus POST /sim/fault and GET /sim/stats for tests. The first "
-            "line on stdout is 'listening on http://HOST:PORT'."
+            "/sleep, /wake_up, plus POST /sim/fault and GET /sim/stats for tests. With --engine, "
+            "the families and endpoints of SGLang, TGI, llama.cpp, LMDeploy, trtllm-serve or "
+            "Triton instead. The first line on stdout is 'listening on http://HOST:PORT'."
         ),
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
@@ -90,6 +93,26 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--seed", type=int, default=0, help="seed for generated text (default %(default)s)"
     )
+    parser.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default=defaults.engine,
+        help="which server to look like: its /metrics families, health and other endpoints "
+        "(default %(default)s)",
+    )
+    parser.add_argument(
+        "--initial-decodes",
+        type=int,
+        default=0,
+        help="start the engine's per-step counter here (e.g. 12000000: llama.cpp then prints "
+        "n_decode_total with 6 significant digits, as a long-running server does)",
+    )
+    parser.add_argument(
+        "--sleep-idle-seconds",
+        type=float,
+        default=defaults.sleep_idle_seconds,
+        help="llama.cpp: sleep after this many idle seconds (< 0: never; default %(default)s)",
+    )
     parser.set_defaults(handler=_serve_command)
 
     commands = parser.add_subparsers(dest="sim_command", metavar="SIM_COMMAND")
@@ -140,6 +163,8 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
     for flag, value in positive_ints.items():
         if value < 1:
             raise ValueError(f"{flag} must be >= 1, got {value}")
+    if args.initial_decodes < 0:
+        raise ValueError(f"--initial-decodes must be >= 0, got {args.initial_decodes}")
     for flag, speed in {
         "--tokens-per-second": args.tokens_per_second,
         "--prefill-tokens-per-second": args.prefill_tokens_per_second,
@@ -158,6 +183,9 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         data_parallel_size=args.data_parallel_size,
         metrics_enabled=not args.no_metrics,
         seed=args.seed,
+        engine=args.engine,
+        initial_decodes=args.initial_decodes,
+        sleep_idle_seconds=args.sleep_idle_seconds,
     )
 
 

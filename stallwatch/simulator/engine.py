@@ -17,6 +17,7 @@ import bisect
 import math
 import random
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 BLOCK_SIZE = 128
@@ -129,6 +130,21 @@ class SimRequest:
 
 
 @dataclass(frozen=True)
+class StepRecord:
+    """What one engine step did, for the other engines' metric models (see simulator.engines)."""
+
+    start: float
+    end: float
+    prefill_tokens: int
+    decode_tokens: int
+    completed_prefill_tokens: int
+    generated: int
+    finished: tuple[SimRequest, ...]
+    running: tuple[SimRequest, ...]
+    waiting: int
+
+
+@dataclass(frozen=True)
 class TokenEvent:
     """Output of one step for one request: new tokens, and the finish reason when done."""
 
@@ -173,6 +189,8 @@ class Engine:
         self.steps = 0
         self.output_steps = 0
         self.sleep_level = 0
+        # Called after every step (the non-vLLM metric models count from these).
+        self.step_listeners: list[Callable[[StepRecord], None]] = []
         self.stats = EngineStats(
             created=now,
             gauges={
@@ -331,6 +349,20 @@ class Engine:
                 "vllm:prompt_tokens_by_source", "local_compute", completed_prefill_tokens
             )
             self._count("vllm:generation_tokens", generated_this_step)
+        if self.step_listeners:
+            record = StepRecord(
+                start=now,
+                end=step_end_estimate,
+                prefill_tokens=prefill_tokens,
+                decode_tokens=decode_tokens,
+                completed_prefill_tokens=completed_prefill_tokens,
+                generated=generated_this_step,
+                finished=tuple(finished),
+                running=tuple(self.running),
+                waiting=len(self.waiting),
+            )
+            for listener in self.step_listeners:
+                listener(record)
         return step_end_estimate - now, events
 
     def _preempt_if_kv_full(self) -> None:

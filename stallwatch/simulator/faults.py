@@ -1,8 +1,9 @@
 """The faults the simulator injects on request (`POST /sim/fault`): the checks and what each does.
 
 `hang` stops the engine core (no steps, no aborts; /health still 200, /metrics frozen);
-`hang_before_update` also leaves the running and waiting gauges at zero; `slow` lowers the
-engines' speed; `recover` undoes those three; `crash` fails every request and closes the
+`hang_before_update` also leaves the running and waiting gauges at zero; `freeze` stops the whole
+process as SIGSTOP does (every endpoint but `/sim/*` accepts and never answers); `slow` lowers
+the engines' speed; `recover` undoes those four; `crash` fails every request and closes the
 socket; `restart` fails every request and starts every counter over, optionally with the port
 closed for `downtime_seconds`.
 """
@@ -18,7 +19,7 @@ from stallwatch.simulator.api import ENGINE_DEAD_MESSAGE, RequestFailed
 if TYPE_CHECKING:
     from stallwatch.simulator.server import SimServer
 
-FAULTS = ("hang", "hang_before_update", "crash", "restart", "slow", "recover")
+FAULTS = ("hang", "hang_before_update", "freeze", "crash", "restart", "slow", "recover")
 RESTART_MESSAGE = "cannot schedule new futures after shutdown"
 
 
@@ -64,11 +65,14 @@ def inject(server: SimServer, fault: Fault) -> str:
         server.hung = True
         for engine in server.engines:
             engine.freeze_gauges_at_zero()
+    elif fault.name == "freeze":
+        server.freeze()
     elif fault.name == "slow":
         for engine in server.engines:
             engine.tokens_per_second = fault.tokens_per_second
     elif fault.name == "recover":
         server.hung = False
+        server.thaw()
         for engine in server.engines:
             engine.tokens_per_second = server.config.tokens_per_second
             engine.next_step_at = now

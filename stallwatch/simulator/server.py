@@ -1,4 +1,5 @@
-"""The simulated vLLM 0.32 OpenAI-compatible API server (aiohttp), with fault injection.
+"""The simulated model server (aiohttp): vLLM 0.32 by default, or another engine's face
+(`SimConfig.engine`, see `simulator.engines`), with fault injection.
 
 `SimServer(config)` owns the engines, the HTTP app and (when started with `start`) the
 listening socket. `build_app(config)` returns just the application for callers that run it
@@ -40,6 +41,7 @@ from stallwatch.simulator.api import (
     respond_whole,
 )
 from stallwatch.simulator.engine import Engine, EngineConfig, SimRequest, TokenEvent
+from stallwatch.simulator.engines import ENGINES, Flavour, make_flavour
 from stallwatch.simulator.faults import inject, parse_fault, parse_fault_body
 from stallwatch.simulator.metrics import (
     CONTENT_TYPE,
@@ -69,6 +71,17 @@ class SimConfig:
     seed: int = 0
     tick_seconds: float = 0.005
     eos_probability: float = 0.0
+    # Which server to look like: "vllm" (the default) or another of `simulator.engines.ENGINES`.
+    engine: str = "vllm"
+    # Where the engine's per-step counter starts (e.g. llama.cpp `n_decode_total`), to reproduce
+    # a long-running server whose counters are printed at reduced precision.
+    initial_decodes: int = 0
+    # llama.cpp `--sleep-idle-seconds` (< 0: never sleeps).
+    sleep_idle_seconds: float = -1.0
+
+    def __post_init__(self) -> None:
+        if self.engine not in ENGINES:
+            raise ValueError(f"unknown engine {self.engine!r}; known: {', '.join(ENGINES)}")
 
     def engine_config(self) -> EngineConfig:
         return EngineConfig(
@@ -94,8 +107,9 @@ class SimServer:
     def __init__(self, config: SimConfig, clock: Callable[[], float] = time.time) -> None:
         self.config = config
         self.clock = clock
-        self.app = web.Application()
+        self.app = web.Application(middlewares=[self._freeze_middleware])
         self.app[SIM_SERVER_KEY] = self
+        self.flavour: Flavour | None = make_flavour(config.engine, self)
         self._add_routes()
         self.app.on_startup.append(self._on_startup)
         self.app.on_cleanup.append(self._on_cleanup)
@@ -116,6 +130,9 @@ class SimServer:
         self.requests_total = 0
         self.fault: str | None = None
         self.hung = False
+        # `freeze`: the process is stopped (SIGSTOP): every endpoint accepts and never answers.
+        self.frozen = False
+        self._thawed: asyncio.Event | None = None
         self.dead = False
         self.down_until = 0.0
         self.engines: list[Engine] = []
@@ -147,7 +164,10 @@ class SimServer:
         self.requests_total = 0
         self.fault = None
         self.hung = False
+        self.thaw()
         self.dead = False
+        if self.flavour is not None:
+            self.flavour.reset(now)
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
         """Listen on host:port (0 = a free port); return the base URL."""
@@ -212,6 +232,8 @@ class SimServer:
                 in_flight = self._in_flight.get(event.request_id)
                 if in_flight is not None:
                     in_flight.events.put_nowait(event)
+        if self.flavour is not None:
+            self.flavour.tick(now)
 
     def _process_aborts(self) -> None:
         aborts, self._pending_aborts = self._pending_aborts, []
@@ -231,6 +253,29 @@ class SimServer:
         task.add_done_callback(self._background.discard)
 
     # --- faults -------------------------------------------------------------------------
+
+    def freeze(self) -> None:
+        """Stop the whole process: the engines stop and no endpoint answers until `thaw`."""
+        self.frozen = True
+        self.hung = True
+
+    def thaw(self) -> None:
+        self.frozen = False
+        if self._thawed is not None:
+            self._thawed.set()
+            self._thawed = None
+
+    @web.middleware
+    async def _freeze_middleware(
+        self, request: web.Request, handler: Callable[[web.Request], Any]
+    ) -> web.StreamResponse:
+        # `/sim/*` stays reachable so a test can end the freeze.
+        while self.frozen and not request.path.startswith("/sim/"):
+            if self._thawed is None:
+                self._thawed = asyncio.Event()
+            await self._thawed.wait()
+        response: web.StreamResponse = await handler(request)
+        return response
 
     def apply_fault(self, fault: str, options: dict[str, Any]) -> str:
         """Apply a fault by name; returns a short description. Raises ValueError if invalid."""
@@ -258,22 +303,30 @@ class SimServer:
     # --- routes -------------------------------------------------------------------------
 
     def _add_routes(self) -> None:
-        self.app.router.add_get("/health", self.handle_health)
-        self.app.router.add_get("/ping", self.handle_health)
-        self.app.router.add_get("/metrics", self.handle_metrics)
-        self.app.router.add_get("/v1/models", self.handle_models)
-        self.app.router.add_get("/version", self.handle_version)
-        self.app.router.add_get("/load", self.handle_load)
-        self.app.router.add_post("/v1/completions", self.handle_completions)
-        self.app.router.add_post("/v1/chat/completions", self.handle_chat_completions)
-        self.app.router.add_post("/sleep", self.handle_sleep)
-        self.app.router.add_post("/wake_up", self.handle_wake_up)
-        self.app.router.add_get("/is_sleeping", self.handle_is_sleeping)
-        self.app.router.add_post("/sim/fault", self.handle_fault)
-        self.app.router.add_get("/sim/stats", self.handle_stats)
+        router = self.app.router
+        if self.flavour is None:
+            router.add_get("/health", self.handle_health)
+            router.add_get("/ping", self.handle_health)
+            router.add_get("/metrics", self.handle_metrics)
+            router.add_get("/version", self.handle_version)
+            router.add_get("/load", self.handle_load)
+            router.add_post("/sleep", self.handle_sleep)
+            router.add_post("/wake_up", self.handle_wake_up)
+            router.add_get("/is_sleeping", self.handle_is_sleeping)
+        else:
+            self.flavour.add_routes(router)
+        router.add_get("/v1/models", self.handle_models)
+        router.add_post("/v1/completions", self.handle_completions)
+        router.add_post("/v1/chat/completions", self.handle_chat_completions)
+        router.add_post("/sim/fault", self.handle_fault)
+        router.add_get("/sim/stats", self.handle_stats)
 
     def _unavailable(self) -> bool:
         return self.dead or self.clock() < self.down_until
+
+    def unavailable(self) -> bool:
+        """Dead, or restarting with its port closed."""
+        return self._unavailable()
 
     async def handle_health(self, request: web.Request) -> web.Response:
         if self._unavailable():
@@ -344,7 +397,9 @@ class SimServer:
 
     def stats(self) -> dict[str, Any]:
         """The `/sim/stats` document (also handy in-process)."""
+        extra = self.flavour.stats() if self.flavour is not None else {}
         return {
+            "engine": self.config.engine,
             "completions_by_user_agent": dict(self.completions_by_user_agent),
             "requests_total": self.requests_total,
             "in_flight": len(self._in_flight),
@@ -355,6 +410,7 @@ class SimServer:
             "sleeping": any(e.sleep_level for e in self.engines),
             "start_time": self.start_time,
             "engines": [{"steps": e.steps, "output_steps": e.output_steps} for e in self.engines],
+            **extra,
         }
 
     async def handle_stats(self, request: web.Request) -> web.Response:
@@ -375,6 +431,8 @@ class SimServer:
             return error_response(f"Invalid JSON body: {error}", "BadRequestError", 400)
         if not isinstance(body, dict):
             return error_response("Request body must be a JSON object", "BadRequestError", 400)
+        if self.flavour is not None:
+            body.pop("model", None)  # only vLLM refuses a model name it does not serve
         generation = parse_generation(
             body, chat, model=self.config.model, max_model_len=self.config.max_model_len
         )
@@ -382,6 +440,8 @@ class SimServer:
             return generation
         if self._unavailable():
             return error_response(ENGINE_DEAD_MESSAGE, "InternalServerError", 500)
+        if self.flavour is not None:
+            self.flavour.before_generation()
         if any(engine.sleep_level for engine in self.engines):
             return error_response(
                 "The engine is sleeping; call /wake_up before sending requests.",
@@ -420,6 +480,32 @@ class SimServer:
             # failed). The engine core drops the request on its next tick.
             if self._in_flight.pop(request_id, None) is not None:
                 self._pending_aborts.append((engine_index, request_id))
+
+    async def generate(
+        self, prompt_tokens: int, max_tokens: int, ignore_eos: bool, user_agent: str | None
+    ) -> int:
+        """Run one generation to its end (an engine's native endpoint or health check); returns
+        the tokens generated. A `user_agent` of None is not counted as a client request. Raises
+        RequestFailed when the engine fails it."""
+        if user_agent is not None:
+            self.requests_total += 1
+            self.completions_by_user_agent[user_agent] += 1
+        request_id = f"gen-{uuid.uuid4().hex}"
+        engine_index = next(self._rr) % len(self.engines)
+        in_flight = _InFlight(engine_index)
+        self._in_flight[request_id] = in_flight
+        now = self.clock()
+        self.engines[engine_index].submit(
+            SimRequest(request_id, prompt_tokens, max_tokens, ignore_eos, now), now
+        )
+        generated = 0
+        try:
+            async for event in self._events(in_flight):
+                generated += event.new_tokens
+        finally:
+            if self._in_flight.pop(request_id, None) is not None:
+                self._pending_aborts.append((engine_index, request_id))
+        return generated
 
     def _words(self, count: int) -> str:
         return "".join(" " + self._rng.choice(WORDS) for _ in range(count))

@@ -1,0 +1,40 @@
+"""The engines the simulator can look like, besides vLLM (which `simulator.server` renders itself).
+
+Each module keeps one engine's families, endpoints and traps; `make_flavour` picks one.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from stallwatch.simulator.engines.base import Flavour
+from stallwatch.simulator.engines.llamacpp import LlamaCppFlavour
+from stallwatch.simulator.engines.lmdeploy import LmdeployFlavour
+from stallwatch.simulator.engines.sglang import SglangFlavour
+from stallwatch.simulator.engines.tgi import TgiFlavour
+from stallwatch.simulator.engines.trtllm import TritonFlavour, TrtllmFlavour
+
+if TYPE_CHECKING:
+    from stallwatch.simulator.server import SimServer
+
+FLAVOURS: dict[str, type[Flavour]] = {
+    flavour.name: flavour
+    for flavour in (
+        SglangFlavour,
+        TgiFlavour,
+        LlamaCppFlavour,
+        LmdeployFlavour,
+        TrtllmFlavour,
+        TritonFlavour,
+    )
+}
+ENGINES = ("vllm", *FLAVOURS)
+
+__all__ = ["ENGINES", "FLAVOURS", "Flavour", "make_flavour"]
+
+
+def make_flavour(engine: str, server: SimServer) -> Flavour | None:
+    """The flavour of `engine`, or None for vLLM (the server's own rendering)."""
+    if engine == "vllm":
+        return None
+    return FLAVOURS[engine](server)

