@@ -17,9 +17,9 @@ from typing import Any
 import aiohttp
 import pytest
 
+from stallwatch.common.exporter_config import ProbeConfig, TargetConfig
 from stallwatch.core.classify import State
 from stallwatch.exporter.check_cli import EXIT_STUCK, run_check
-from stallwatch.exporter.config import ProbeConfig, TargetConfig
 from stallwatch.simulator.server import SimConfig
 from stallwatch.simulator.testing import running_simulator
 from tests.component.exporter_support import exporter_for, history, record_histories
