@@ -2,9 +2,10 @@
 
 `hang` stops the engine core (no steps, no aborts; /health still 200, /metrics frozen);
 `hang_before_update` also leaves the running and waiting gauges at zero; `slow` lowers the
-engines' speed; `recover` undoes those three; `crash` fails every request and closes the
-socket; `restart` fails every request and starts every counter over, optionally with the port
-closed for `downtime_seconds`.
+engines' speed; `api_hang` makes every endpoint but `/sim/` accept requests and never answer
+(an API server whose event loop is blocked, or a stopped process); `recover` undoes those
+four; `crash` fails every request and closes the socket; `restart` fails every request and
+starts every counter over, optionally with the port closed for `downtime_seconds`.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from stallwatch.simulator.api import ENGINE_DEAD_MESSAGE, RequestFailed
 if TYPE_CHECKING:
     from stallwatch.simulator.server import SimServer
 
-FAULTS = ("hang", "hang_before_update", "crash", "restart", "slow", "recover")
+FAULTS = ("hang", "hang_before_update", "crash", "restart", "slow", "recover", "api_hang")
 RESTART_MESSAGE = "cannot schedule new futures after shutdown"
 
 
@@ -64,11 +65,14 @@ def inject(server: SimServer, fault: Fault) -> str:
         server.hung = True
         for engine in server.engines:
             engine.freeze_gauges_at_zero()
+    elif fault.name == "api_hang":
+        server.api_answers.clear()
     elif fault.name == "slow":
         for engine in server.engines:
             engine.tokens_per_second = fault.tokens_per_second
     elif fault.name == "recover":
         server.hung = False
+        server.api_answers.set()
         for engine in server.engines:
             engine.tokens_per_second = server.config.tokens_per_second
             engine.next_step_at = now

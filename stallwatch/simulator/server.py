@@ -94,7 +94,7 @@ class SimServer:
     def __init__(self, config: SimConfig, clock: Callable[[], float] = time.time) -> None:
         self.config = config
         self.clock = clock
-        self.app = web.Application()
+        self.app = web.Application(middlewares=[self._hold_while_api_hangs])
         self.app[SIM_SERVER_KEY] = self
         self._add_routes()
         self.app.on_startup.append(self._on_startup)
@@ -120,6 +120,8 @@ class SimServer:
         self.down_until = 0.0
         self.engines: list[Engine] = []
         self.start_time = 0.0
+        # Cleared by the `api_hang` fault: requests are accepted and wait for it.
+        self.api_answers = asyncio.Event()
         self.boot()
 
     # --- lifecycle ----------------------------------------------------------------------
@@ -148,6 +150,7 @@ class SimServer:
         self.fault = None
         self.hung = False
         self.dead = False
+        self.api_answers.set()
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
         """Listen on host:port (0 = a free port); return the base URL."""
@@ -271,6 +274,16 @@ class SimServer:
         self.app.router.add_get("/is_sleeping", self.handle_is_sleeping)
         self.app.router.add_post("/sim/fault", self.handle_fault)
         self.app.router.add_get("/sim/stats", self.handle_stats)
+
+    @web.middleware
+    async def _hold_while_api_hangs(
+        self, request: web.Request, handler: Callable[[web.Request], Any]
+    ) -> web.StreamResponse:
+        """Under `api_hang`, every endpoint but the simulator's own `/sim/` never answers."""
+        if not request.path.startswith("/sim/"):
+            await self.api_answers.wait()
+        response: web.StreamResponse = await handler(request)
+        return response
 
     def _unavailable(self) -> bool:
         return self.dead or self.clock() < self.down_until
