@@ -10,6 +10,7 @@ hung to stallwatch. The stack, the restarter and its restart script are those of
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -42,7 +43,7 @@ __all__ = ["restarter_stack"]  # the module-scoped stack fixture, used by name
 
 
 async def test_a_hung_api_server_is_restarted_once_through_the_whole_chain(
-    restarter_stack: RestarterStack, tmp_path: Any
+    restarter_stack: RestarterStack, tmp_path: Path
 ) -> None:
     """api_hang: hung in two polls, LLMServerHung fires, the real restarter confirms it with two
     unanswered reads and restarts the simulator once; the alert resolves."""
