@@ -14,10 +14,17 @@ from typing import Literal
 from stallwatch.common.config import ConfigError, Section, parse_listen
 
 DEFAULT_LISTEN = "127.0.0.1:9733"
-DEFAULT_RESTART_ALERTS: tuple[str, ...] = ("LLMServerStuck", "LLMServerUnresponsive")
+DEFAULT_RESTART_ALERTS: tuple[str, ...] = (
+    "LLMServerStuck",
+    "LLMServerUnresponsive",
+    "LLMServerHung",
+)
 # The alerts whose stall shows up as an idle server (no work, nothing completed): for them,
 # two idle reads confirm instead of refusing. The exporter already sent the test request.
 DEFAULT_IDLE_CONFIRMS: tuple[str, ...] = ("LLMServerUnresponsive",)
+# The alerts whose stall is a server that accepts connections and never answers: for them, two
+# reads that both connect and get no answer confirm. For any other alert they refuse (down).
+DEFAULT_HUNG_CONFIRMS: tuple[str, ...] = ("LLMServerHung",)
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 DEFAULT_DOCKER_SOCKET = "/var/run/docker.sock"
 # vLLM publishes its counters once per engine step, and its progress counter only on steps that
@@ -81,6 +88,7 @@ class ConfirmSettings:
     gap: float = 5.0
     timeout: float = 3.0
     idle_confirms: tuple[str, ...] = DEFAULT_IDLE_CONFIRMS
+    hung_confirms: tuple[str, ...] = DEFAULT_HUNG_CONFIRMS
 
 
 @dataclass(frozen=True)
@@ -277,7 +285,7 @@ def restarter_config_from_mapping(data: object, source: str, base_dir: Path) -> 
     key = files.existing_file(top, "tls_key_file")
     if (cert is None) != (key is None):
         raise top.error("tls_cert_file", "tls_cert_file and tls_key_file go together")
-    confirm = top.section("confirm", ("gap", "timeout", "idle_confirms"))
+    confirm = top.section("confirm", ("gap", "timeout", "idle_confirms", "hung_confirms"))
     fleet = top.section("fleet_window", ("max_targets", "window"))
     config = RestarterConfig(
         targets=(),
@@ -293,6 +301,7 @@ def restarter_config_from_mapping(data: object, source: str, base_dir: Path) -> 
             gap=confirm.duration("gap", 5.0, minimum=MIN_CONFIRM_GAP_SECONDS, why=_GAP_WHY),
             timeout=confirm.duration("timeout", 3.0),
             idle_confirms=confirm.string_list("idle_confirms", DEFAULT_IDLE_CONFIRMS),
+            hung_confirms=confirm.string_list("hung_confirms", DEFAULT_HUNG_CONFIRMS),
         ),
         max_in_flight=top.integer("max_in_flight", 1, minimum=1),
         fleet_window=FleetWindow(

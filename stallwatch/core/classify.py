@@ -16,6 +16,7 @@ from stallwatch.core.reading import EngineSample, Reading
 
 class State(StrEnum):
     DOWN = "down"
+    HUNG = "hung"
     NO_METRICS = "no_metrics"
     RESTARTED = "restarted"
     SLEEPING = "sleeping"
@@ -68,8 +69,14 @@ class Verdict:
 
 
 def down(reason: str) -> Verdict:
-    """The server's `/metrics` could not be read (refused, timed out, error status)."""
+    """The server's `/metrics` could not be read (refused, reset, not connected in time, error
+    status)."""
     return Verdict(state=State.DOWN, reason=reason)
+
+
+def hung(reason: str) -> Verdict:
+    """The server accepted the connection, but its `/metrics` did not answer in time."""
+    return Verdict(state=State.HUNG, reason=reason)
 
 
 def restart_evidence(previous: Reading, current: Reading) -> str | None:

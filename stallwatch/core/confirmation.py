@@ -9,7 +9,12 @@ from typing import Literal
 from stallwatch.core.classify import State, Verdict, classify
 from stallwatch.core.reading import EngineSample, Reading
 
-Refusal = Literal["progress", "idle", "down", "error"]
+# `no_answer`: both reads connected and got no answer in time (a hung server). It confirms the
+# alerts whose stall that is (`confirm.hung_confirms`); for any other alert it is `down`.
+Refusal = Literal["progress", "idle", "down", "error", "no_answer"]
+# Why a read gave no reading: not connected (refused, reset, not in time); connected and no
+# answer in time; or an answer that is no reading (an error status, too large).
+ReadFailure = Literal["unreachable", "no_answer", "unusable"]
 
 
 @dataclass(frozen=True)
@@ -18,6 +23,48 @@ class Confirmation:
     refusal: Refusal | None
     detail: str
     verdict: Verdict | None = None
+
+
+@dataclass(frozen=True)
+class FailedRead:
+    """A confirmation read that gave no reading, and why."""
+
+    failure: ReadFailure
+    detail: str
+
+
+ReadAttempt = Reading | FailedRead
+
+
+def worth_a_second_read(first: ReadAttempt) -> bool:
+    """Whether the first read can be half of a confirmation: a reading, or a connection that got
+    no answer (a refused connection or an error status already settles it)."""
+    return isinstance(first, Reading) or first.failure == "no_answer"
+
+
+def judge_attempts(first: ReadAttempt, second: ReadAttempt | None) -> Confirmation:
+    """Judge the confirmation's reads; `second` is None when the first settled it.
+
+    Two readings are judged by their counters. Two reads that both connected and got no
+    answer are `no_answer`: nothing answered from the first read to the second. Any other
+    failed read is `down`: a connection not made, or a server that answered one of the reads
+    (so it is not hung) without a reading to judge.
+    """
+    if isinstance(first, Reading):
+        if isinstance(second, Reading):
+            return judge_reads(first, second)
+        if second is None:
+            return Confirmation(False, "error", "a first reading and no second read")
+        return Confirmation(False, "down", second.detail)
+    if second is None:
+        return Confirmation(False, "down", first.detail)
+    if isinstance(second, Reading):
+        return Confirmation(False, "down", f"{first.detail}; then the second read answered")
+    if first.failure == second.failure == "no_answer":
+        return Confirmation(
+            False, "no_answer", f"connected, no answer, twice: {first.detail}; {second.detail}"
+        )
+    return Confirmation(False, "down", f"{first.detail}; then {second.detail}")
 
 
 def judge_confirmation(verdict: Verdict) -> Confirmation:

@@ -39,6 +39,8 @@ _REFUSAL_REASONS: dict[str, SkipReason] = {
     "progress": "not_confirmed_progress",
     "idle": "not_confirmed_idle",
     "down": "not_confirmed_down",
+    # Two reads that connected and got no answer, for an alert whose stall that is not.
+    "no_answer": "not_confirmed_down",
     "error": "not_confirmed_error",
 }
 
@@ -186,7 +188,16 @@ def with_confirmation(
     idle_is_the_stall = (
         confirmation.refusal == "idle" and alert.alertname in config.confirm.idle_confirms
     )
-    if not confirmation.confirmed and not idle_is_the_stall:
+    hang_is_the_stall = (
+        confirmation.refusal == "no_answer" and alert.alertname in config.confirm.hung_confirms
+    )
+    if alert.alertname in config.confirm.hung_confirms and not hang_is_the_stall:
+        # A hang is a server that does not answer: one that answered is not hung, whatever
+        # its counters say (a stall it shows is LLMServerStuck's to act on).
+        refusal = confirmation.refusal or "error"
+        detail = confirmation.detail if confirmation.refusal else f"answered: {confirmation.detail}"
+        return _skip(_REFUSAL_REASONS.get(refusal, "not_confirmed_error"), detail)
+    if not confirmation.confirmed and not idle_is_the_stall and not hang_is_the_stall:
         refusal = confirmation.refusal or "error"
         return _skip(_REFUSAL_REASONS.get(refusal, "not_confirmed_error"), confirmation.detail)
     if config.dry_run:

@@ -1,4 +1,4 @@
-"""The two restart alerts of `prometheus/alerts.yml`, evaluated on the exporter's own figures.
+"""The restart alerts of `prometheus/alerts.yml`, evaluated on the exporter's own figures.
 
 The exporter counts consecutive polls in one state (`TargetHistory.state_polls`, published as
 `stallwatch_target_state_polls`); each rule fires while the state is its own and that count has
@@ -14,9 +14,10 @@ from stallwatch.core.classify import State
 
 STUCK_ALERT = "LLMServerStuck"
 UNRESPONSIVE_ALERT = "LLMServerUnresponsive"
+HUNG_ALERT = "LLMServerHung"
 # The state each restart alert watches, in the order of the rule file.
 RESTART_ALERT_STATES: Mapping[str, State] = MappingProxyType(
-    {STUCK_ALERT: State.STALLED, UNRESPONSIVE_ALERT: State.UNRESPONSIVE}
+    {STUCK_ALERT: State.STALLED, UNRESPONSIVE_ALERT: State.UNRESPONSIVE, HUNG_ALERT: State.HUNG}
 )
 # "Two consecutive polls": never on one poll alone.
 POLLS_TO_FIRE = 2

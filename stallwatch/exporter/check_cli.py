@@ -120,7 +120,8 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
             "Work without progress is read again after --interval; only two stalled "
             "intervals in a row are stuck. A test request is sent only to a server with no "
             "work. Exit codes: 0 idle, busy or sleeping; 1 stuck (stalled in two intervals) "
-            "or unresponsive (idle test request failed twice); 2 down; 3 cannot judge; "
+            "or unresponsive (idle test request failed twice) or hung (connected, and "
+            "/metrics did not answer, twice); 2 down (not connected); 3 cannot judge; "
             f"{EXIT_USAGE} usage error. Durations are written as in the config files: "
             "500ms, 5s, 1m."
         ),

@@ -132,7 +132,8 @@ class ExporterCollector(Collector):
                 state.add_metric([target.name, candidate.value, *values], candidate == current)
             state_polls.add_metric([target.name, *values], history.state_polls)
             if history.verdict is not None:
-                up.add_metric([target.name, *values], history.verdict.state != State.DOWN)
+                answered = history.verdict.state not in (State.DOWN, State.HUNG)
+                up.add_metric([target.name, *values], answered)
             engine = engine_label(target, history)
             info.add_metric([target.name, target.url, target.kind, engine, *values], 1)
             interval.add_metric([target.name, *values], target.interval_seconds)

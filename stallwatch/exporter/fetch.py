@@ -30,6 +30,10 @@ START_MARKER_HEADER = START_HEADER
 # --metrics: 501).
 NO_METRICS_STATUSES = frozenset({404, 501})
 TEST_PATHS: dict[str, str] = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
+# A `/metrics` read that has not connected within this share of its timeout could not connect
+# (`connection`: down); one that connected and got no answer in the whole timeout is `timeout`
+# (hung). A kernel completes the handshake for a listening socket whatever its process does.
+CONNECT_SHARE_OF_TIMEOUT = 0.5
 
 ErrorReason = Literal["timeout", "connection", "http_status", "too_large", "parse"]
 
@@ -91,7 +95,9 @@ async def read_metrics(
         async with session.get(
             url,
             headers=default_headers(),
-            timeout=aiohttp.ClientTimeout(total=timeout),
+            timeout=aiohttp.ClientTimeout(
+                total=timeout, connect=timeout * CONNECT_SHARE_OF_TIMEOUT
+            ),
             allow_redirects=False,
         ) as response:
             if response.status != 200:
@@ -100,8 +106,11 @@ async def read_metrics(
                 )
             body = await _read_body(response, max_bytes)
             marker = response.headers.get(START_MARKER_HEADER)
+    except aiohttp.ConnectionTimeoutError:
+        connect = timeout * CONNECT_SHARE_OF_TIMEOUT
+        return ReadResult(None, "connection", f"not connected within {connect:g} s")
     except TimeoutError:
-        return ReadResult(None, "timeout", f"no answer within {timeout:g} s")
+        return ReadResult(None, "timeout", f"connected, no answer within {timeout:g} s")
     except aiohttp.ClientError as error:
         return ReadResult(None, "connection", f"{type(error).__name__}: {error}")
     if body is None:

@@ -7,18 +7,27 @@ import time
 import aiohttp
 
 from stallwatch.common.exporter_config import TargetConfig
-from stallwatch.core.classify import State, Verdict, classify, down, with_probe_result
+from stallwatch.core.classify import State, Verdict, classify, down, hung, with_probe_result
 from stallwatch.core.history import PollOutcome
 from stallwatch.core.probe import settle_probe
 from stallwatch.core.reading import Reading
 from stallwatch.exporter.fetch import (
     NO_METRICS_STATUSES,
+    ReadResult,
     allows_test_request,
     engine_sleeps,
     models_answer,
     read_metrics,
     send_probe,
 )
+
+
+def unread_verdict(read: ReadResult) -> Verdict:
+    """The state of a server whose `/metrics` gave no reading: hung when it connected and got
+    no answer in time, down otherwise (not connected, or an answer that is no reading)."""
+    if read.error_reason == "timeout":
+        return hung(f"/metrics: {read.detail}")
+    return down(f"/metrics: {read.detail}")
 
 
 async def _poll_proxy(session: aiohttp.ClientSession, target: TargetConfig) -> Verdict:
@@ -74,7 +83,7 @@ async def poll_once(
         reason = f"reachable, but no metrics (/metrics: {read.detail}); never restarted"
         return outcome(Verdict(State.NO_METRICS, reason), None)
     if read.reading is None:
-        return outcome(down(f"/metrics: {read.detail}"), None, error_reason=read.error_reason)
+        return outcome(unread_verdict(read), None, error_reason=read.error_reason)
     reading = read.reading
     if not reading.has_engines:
         if await models_answer(session, target.url, timeout=target.timeout_seconds):

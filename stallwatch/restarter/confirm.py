@@ -6,8 +6,29 @@ import asyncio
 
 import aiohttp
 
-from stallwatch.core.confirmation import Confirmation, judge_reads
-from stallwatch.exporter.fetch import read_metrics
+from stallwatch.core.confirmation import (
+    Confirmation,
+    FailedRead,
+    ReadAttempt,
+    ReadFailure,
+    judge_attempts,
+    worth_a_second_read,
+)
+from stallwatch.exporter.fetch import ReadResult, read_metrics
+
+
+def attempt(result: ReadResult) -> ReadAttempt:
+    """A read as the core judges it: its reading, or why there is none."""
+    if result.reading is not None:
+        return result.reading
+    failure: ReadFailure
+    if result.error_reason == "timeout":
+        failure = "no_answer"
+    elif result.error_reason == "connection":
+        failure = "unreachable"
+    else:
+        failure = "unusable"
+    return FailedRead(failure, result.detail)
 
 
 async def confirm_stall(
@@ -18,11 +39,9 @@ async def confirm_stall(
     timeout: float,
 ) -> Confirmation:
     """Read `metrics_url` twice, `gap_seconds` apart, and judge the pair."""
-    first = await read_metrics(session, metrics_url, timeout=timeout)
-    if first.reading is None:
-        return Confirmation(False, "down", first.detail)
+    first = attempt(await read_metrics(session, metrics_url, timeout=timeout))
+    if not worth_a_second_read(first):
+        return judge_attempts(first, None)
     await asyncio.sleep(gap_seconds)
-    second = await read_metrics(session, metrics_url, timeout=timeout)
-    if second.reading is None:
-        return Confirmation(False, "down", second.detail)
-    return judge_reads(first.reading, second.reading)
+    second = attempt(await read_metrics(session, metrics_url, timeout=timeout))
+    return judge_attempts(first, second)

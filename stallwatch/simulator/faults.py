@@ -2,10 +2,11 @@
 
 `hang` stops the engine core (no steps, no aborts; /health still 200, /metrics frozen);
 `hang_before_update` also leaves the running and waiting gauges at zero; `freeze` stops the whole
-process as SIGSTOP does (every endpoint but `/sim/*` accepts and never answers); `slow` lowers
-the engines' speed; `recover` undoes those four; `crash` fails every request and closes the
-socket; `restart` fails every request and starts every counter over, optionally with the port
-closed for `downtime_seconds`.
+process as SIGSTOP does (the engines stop, and every endpoint but `/sim/*` accepts and never
+answers); `api_hang` blocks only the API (an API server whose event loop is blocked: the engines
+go on, no endpoint but `/sim/*` answers); `slow` lowers the engines' speed; `recover` undoes
+those five; `crash` fails every request and closes the socket; `restart` fails every request and
+starts every counter over, optionally with the port closed for `downtime_seconds`.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from stallwatch.simulator.api import ENGINE_DEAD_MESSAGE, RequestFailed
 if TYPE_CHECKING:
     from stallwatch.simulator.server import SimServer
 
-FAULTS = ("hang", "hang_before_update", "freeze", "crash", "restart", "slow", "recover")
+FAULTS = ("hang", "hang_before_update", "freeze", "api_hang", "crash", "restart", "slow", "recover")
 RESTART_MESSAGE = "cannot schedule new futures after shutdown"
 
 
@@ -67,6 +68,8 @@ def inject(server: SimServer, fault: Fault) -> str:
             engine.freeze_gauges_at_zero()
     elif fault.name == "freeze":
         server.freeze()
+    elif fault.name == "api_hang":
+        server.api_answers.clear()
     elif fault.name == "slow":
         for engine in server.engines:
             engine.tokens_per_second = fault.tokens_per_second

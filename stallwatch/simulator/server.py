@@ -107,7 +107,7 @@ class SimServer:
     def __init__(self, config: SimConfig, clock: Callable[[], float] = time.time) -> None:
         self.config = config
         self.clock = clock
-        self.app = web.Application(middlewares=[self._freeze_middleware])
+        self.app = web.Application(middlewares=[self._hold_while_api_hangs])
         self.app[SIM_SERVER_KEY] = self
         self.flavour: Flavour | None = make_flavour(config.engine, self)
         self._add_routes()
@@ -130,13 +130,12 @@ class SimServer:
         self.requests_total = 0
         self.fault: str | None = None
         self.hung = False
-        # `freeze`: the process is stopped (SIGSTOP): every endpoint accepts and never answers.
-        self.frozen = False
-        self._thawed: asyncio.Event | None = None
         self.dead = False
         self.down_until = 0.0
         self.engines: list[Engine] = []
         self.start_time = 0.0
+        # Cleared by the `api_hang` and `freeze` faults: requests are accepted and wait for it.
+        self.api_answers = asyncio.Event()
         self.boot()
 
     # --- lifecycle ----------------------------------------------------------------------
@@ -255,27 +254,13 @@ class SimServer:
     # --- faults -------------------------------------------------------------------------
 
     def freeze(self) -> None:
-        """Stop the whole process: the engines stop and no endpoint answers until `thaw`."""
-        self.frozen = True
+        """Stop the whole process (SIGSTOP): the engines stop and no endpoint answers until
+        `thaw`."""
         self.hung = True
+        self.api_answers.clear()
 
     def thaw(self) -> None:
-        self.frozen = False
-        if self._thawed is not None:
-            self._thawed.set()
-            self._thawed = None
-
-    @web.middleware
-    async def _freeze_middleware(
-        self, request: web.Request, handler: Callable[[web.Request], Any]
-    ) -> web.StreamResponse:
-        # `/sim/*` stays reachable so a test can end the freeze.
-        while self.frozen and not request.path.startswith("/sim/"):
-            if self._thawed is None:
-                self._thawed = asyncio.Event()
-            await self._thawed.wait()
-        response: web.StreamResponse = await handler(request)
-        return response
+        self.api_answers.set()
 
     def apply_fault(self, fault: str, options: dict[str, Any]) -> str:
         """Apply a fault by name; returns a short description. Raises ValueError if invalid."""
@@ -320,6 +305,16 @@ class SimServer:
         router.add_post("/v1/chat/completions", self.handle_chat_completions)
         router.add_post("/sim/fault", self.handle_fault)
         router.add_get("/sim/stats", self.handle_stats)
+
+    @web.middleware
+    async def _hold_while_api_hangs(
+        self, request: web.Request, handler: Callable[[web.Request], Any]
+    ) -> web.StreamResponse:
+        """Under `api_hang`, every endpoint but the simulator's own `/sim/` never answers."""
+        if not request.path.startswith("/sim/"):
+            await self.api_answers.wait()
+        response: web.StreamResponse = await handler(request)
+        return response
 
     def _unavailable(self) -> bool:
         return self.dead or self.clock() < self.down_until

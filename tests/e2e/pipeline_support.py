@@ -4,7 +4,7 @@ The negative scenarios ("fires nothing") rest on three helpers:
 
 - `rules_evaluated_after(stack, moment)` waits until Prometheus has evaluated the target
   rules after `moment`, so the last scraped samples have gone through the rules;
-- `restart_alerts_over_window(stack, target)` reads every LLMServerStuck or
+- `restart_alerts_over_window(stack, target)` reads every LLMServerStuck, LLMServerHung or
   LLMServerUnresponsive series of the target, pending or firing, over the last two minutes
   (`max_over_time(ALERTS{...}[2m])`), so an alert that came and went is caught;
 - `state_samples(stack, target, state)` counts the scrapes that saw the target in a state,
@@ -39,7 +39,7 @@ from .harness import HTTP_TIMEOUT_SECONDS, AlertingStack, poll
 
 POLL_INTERVAL = 0.5
 TIMEOUT = 30.0
-RESTART_ALERTS = "LLMServerStuck|LLMServerUnresponsive"
+RESTART_ALERTS = "LLMServerStuck|LLMServerUnresponsive|LLMServerHung"
 TARGET_RULE_GROUP = "stallwatch-targets"
 WINDOW = "2m"
 

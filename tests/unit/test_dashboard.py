@@ -74,6 +74,7 @@ STATES = (
     "idle",
     "unresponsive",
     "unknown",
+    "hung",
 )
 PROMQL_KEYWORDS = frozenset(
     {"and", "or", "unless", "bool", "offset", "by", "without", "on", "ignoring", "inf", "nan"}

@@ -9,6 +9,7 @@ import yaml
 
 from stallwatch.core.classify import State
 from stallwatch.core.rules import (
+    HUNG_ALERT,
     POLLS_TO_FIRE,
     RESTART_ALERT_STATES,
     STUCK_ALERT,
@@ -30,6 +31,9 @@ CASES: list[tuple[str, State | None, int, set[str]]] = [
     ("busy for an hour", State.BUSY, 240, set()),
     ("idle for an hour", State.IDLE, 240, set()),
     ("down for an hour", State.DOWN, 240, set()),
+    ("one hung poll", State.HUNG, 1, set()),
+    ("two hung polls", State.HUNG, 2, {HUNG_ALERT}),
+    ("hung for an hour", State.HUNG, 240, {HUNG_ALERT}),
     ("restarted twice in a row", State.RESTARTED, 2, set()),
     ("unknown twice in a row", State.UNKNOWN, 2, set()),
 ]
@@ -39,7 +43,7 @@ CASES: list[tuple[str, State | None, int, set[str]]] = [
 def test_restart_alerts(case: str, state: State | None, polls: int, firing: set[str]) -> None:
     """A restart alert fires on the second consecutive poll in its own state, never sooner."""
     result = restart_alerts(state, polls)
-    assert list(result) == [STUCK_ALERT, UNRESPONSIVE_ALERT], case
+    assert list(result) == [STUCK_ALERT, UNRESPONSIVE_ALERT, HUNG_ALERT], case
     assert {name for name, fires in result.items() if fires} == firing, case
     for name in RESTART_ALERT_STATES:
         assert restart_alert_fires(name, state, polls) == (name in firing), case

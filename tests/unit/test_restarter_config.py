@@ -139,7 +139,9 @@ def test_defaults(tmp_path: Path) -> None:
     config = load_config(write_config(tmp_path, minimal()))
     assert config.listen == "127.0.0.1:9733"
     assert config.token == "s3cret"
-    assert config.restart_alerts == ("LLMServerStuck", "LLMServerUnresponsive")
+    assert config.restart_alerts == ("LLMServerStuck", "LLMServerUnresponsive", "LLMServerHung")
+    assert config.confirm.idle_confirms == ("LLMServerUnresponsive",)
+    assert config.confirm.hung_confirms == ("LLMServerHung",)
     assert config.journal == str(tmp_path / "journal.sqlite")
     assert config.confirm.gap == 5.0
     assert config.max_in_flight == 1

@@ -73,6 +73,7 @@ def test_config_is_valid() -> None:
     [
         ("LLMServerStuck", "critical", "stallwatch-restarter,default"),
         ("LLMServerUnresponsive", "critical", "stallwatch-restarter,default"),
+        ("LLMServerHung", "critical", "stallwatch-restarter,default"),
         ("LLMServerDown", "critical", "default"),
         ("LLMServerRestartLoop", "warning", "default"),
         ("StallwatchExporterDown", "critical", "default"),
@@ -82,7 +83,7 @@ def test_config_is_valid() -> None:
     ],
 )
 def test_alert_reaches_exactly_its_receivers(alertname: str, severity: str, receivers: str) -> None:
-    """Only the two restart alerts reach the restarter; people see every alert."""
+    """Only the three restart alerts reach the restarter; people see every alert."""
     result = routes_test(
         CONFIG, receivers, f"alertname={alertname}", "target=gpu-a", f"severity={severity}"
     )
@@ -124,11 +125,12 @@ def test_default_receiver_sends_nowhere_until_replaced() -> None:
     assert document["route"]["receiver"] == "default"
 
 
-def test_a_broken_route_is_caught(tmp_path: Path) -> None:
-    """Routing tests fail when the restarter route stops matching LLMServerUnresponsive."""
+@pytest.mark.parametrize("alertname", ["LLMServerUnresponsive", "LLMServerHung"])
+def test_a_broken_route_is_caught(tmp_path: Path, alertname: str) -> None:
+    """Routing tests fail when the restarter route stops matching a restart alert."""
     document = yaml.safe_load(CONFIG.read_text())
     route = restarter_route(document)
-    assert route["matchers"] == ['alertname=~"LLMServerStuck|LLMServerUnresponsive"']
+    assert route["matchers"] == ['alertname=~"LLMServerStuck|LLMServerUnresponsive|LLMServerHung"']
     route["matchers"] = ['alertname="LLMServerStuck"']
     broken = tmp_path / "alertmanager.yml"
     broken.write_text(yaml.safe_dump(document, sort_keys=False))
@@ -137,7 +139,7 @@ def test_a_broken_route_is_caught(tmp_path: Path) -> None:
     result = routes_test(
         broken,
         "stallwatch-restarter,default",
-        "alertname=LLMServerUnresponsive",
+        f"alertname={alertname}",
         "target=gpu-a",
         "severity=critical",
     )

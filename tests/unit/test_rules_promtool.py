@@ -19,6 +19,7 @@ RULE_TESTS = sorted((PROMETHEUS_DIR / "tests").glob("*.yml"))
 CONTRACT_ALERTS = {
     "LLMServerStuck",
     "LLMServerUnresponsive",
+    "LLMServerHung",
     "LLMServerDown",
     "LLMServerRestartLoop",
     "StallwatchExporterDown",
@@ -91,7 +92,7 @@ def test_rule_tests_pass(test_file: Path) -> None:
 
 
 def test_alert_names_match_the_contract() -> None:
-    """alerts.yml defines exactly the six alerts every other part of stallwatch refers to."""
+    """alerts.yml defines exactly the alerts every other part of stallwatch refers to."""
     assert {rule["alert"] for rule in alerting_rules()} == CONTRACT_ALERTS
 
 
@@ -112,8 +113,9 @@ def test_recording_rules_follow_the_naming_convention() -> None:
         assert re.fullmatch(r"[a-z_]+:stallwatch_[a-z_]+:[a-z0-9_]+", name), name
 
 
-def test_a_broken_stuck_threshold_fails_the_rule_tests(tmp_path: Path) -> None:
-    """The rule tests catch LLMServerStuck firing on a single stalled poll."""
+@pytest.mark.parametrize("alertname", ["LLMServerStuck", "LLMServerHung"])
+def test_a_broken_threshold_fails_the_rule_tests(tmp_path: Path, alertname: str) -> None:
+    """The rule tests catch a restart alert firing on a single poll in its state."""
     copy = tmp_path / "prometheus"
     shutil.copytree(PROMETHEUS_DIR, copy)
     alerts = copy / "alerts.yml"
@@ -122,7 +124,7 @@ def test_a_broken_stuck_threshold_fails_the_rule_tests(tmp_path: Path) -> None:
         rule
         for group in document["groups"]
         for rule in group["rules"]
-        if rule.get("alert") == "LLMServerStuck"
+        if rule.get("alert") == alertname
     ]
     assert "stallwatch_target_state_polls >= 2" in stuck["expr"]
     stuck["expr"] = stuck["expr"].replace(
@@ -135,4 +137,4 @@ def test_a_broken_stuck_threshold_fails_the_rule_tests(tmp_path: Path) -> None:
 
     assert result.returncode != 0, explain(result)
     assert "FAILED" in result.stdout + result.stderr, explain(result)
-    assert "LLMServerStuck" in result.stdout + result.stderr, explain(result)
+    assert alertname in result.stdout + result.stderr, explain(result)
