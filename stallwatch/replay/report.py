@@ -25,6 +25,7 @@ def _way_document(way: WayResult) -> dict[str, Any]:
         "hangs": [
             {
                 "started_at_seconds": round(hang.started_at, 1),
+                "kind": hang.kind,
                 "caught": hang.caught_after is not None,
                 "seconds_to_catch": None
                 if hang.caught_after is None
@@ -64,11 +65,12 @@ def _catch_times(way: WayResult) -> str:
     parts = []
     for hang in way.hangs:
         if hang.caught_after is None:
-            parts.append(f"never (hung {hang.lasted / 60:.0f} min)")
+            text = f"never (hung {hang.lasted / 60:.0f} min)"
         elif hang.caught_after < 120:
-            parts.append(f"{hang.caught_after:.0f} s")
+            text = f"{hang.caught_after:.0f} s"
         else:
-            parts.append(f"{hang.caught_after / 60:.1f} min")
+            text = f"{hang.caught_after / 60:.1f} min"
+        parts.append(text + ("*" if hang.kind == "running_at_0" else ""))
     return ", ".join(parts) or "-"
 
 
@@ -116,6 +118,10 @@ def format_result(result: ReplayResult, elapsed: float | None = None) -> str:
         f"{'':<{width}}  {'old way':<{old_width}}  stallwatch",
     ]
     lines += [f"{name:<{width}}  {a:<{old_width}}  {b}" for name, a, b in rows]
+    if any(hang.kind == "running_at_0" for hang in (*old.hangs, *new.hangs)):
+        lines.append(
+            "* hung idle: running and waiting frozen at 0, only a failing test request shows it"
+        )
     by = ", ".join(f"{name} {count}" for name, count in sorted(old.restarts_by.items()))
     lines += ["", f"old way restarts by: {by or 'none'}"]
     if new.restarter_skips:
