@@ -167,7 +167,8 @@ def assumptions(config: ReplayConfig) -> list[str]:
         "(sooner as errors grow); none of them checks while the port is closed",
         f"new way: the exporter's real decision code every {config.exporter_interval:g} s "
         f"(idle test request: 1 token, {config.probe_timeout:g} s timeout, only when a read "
-        f"shows no work); stuck = two consecutive stalled polls; Prometheus scrape and "
+        f"shows no work and nothing completed, at most one per {config.probe_min_interval:g} s "
+        f"while the server answers); stuck = two consecutive stalled polls; Prometheus scrape and "
         f"evaluation every {config.scrape_interval:g} s; Alertmanager group_wait "
         f"{config.group_wait:g} s; the restarter's real policy (cooldown "
         f"{config.cooldown / 60:g} min, budget {config.budget_max_restarts} per "
