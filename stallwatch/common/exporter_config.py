@@ -26,9 +26,9 @@ DEFAULT_LISTEN = "127.0.0.1:9732"
 DEFAULT_INTERVAL_SECONDS = 15.0
 DEFAULT_TIMEOUT_SECONDS = 5.0
 DEFAULT_PROBE_TIMEOUT_SECONDS = 10.0
-# One test request a minute at most to a server that answers: a hang with running frozen at 0
-# is caught about a minute later than with one every other poll, and the request log of an
-# idle server holds ~1 440 test requests a day at most instead of ~2 900.
+# At most one test request a minute (four 15 s polls) to a server that answers: an idle
+# server's request log holds at most 1 440 a day instead of ~2 900, and a hang with running
+# frozen at 0 is caught at most ~45 s later than with one every other poll.
 DEFAULT_PROBE_MIN_INTERVAL_SECONDS = 60.0
 DEFAULT_MAX_PAYLOAD_BYTES = 8 * 1024 * 1024
 # Shorter polls would only measure the exporter; shorter timeouts would fail a healthy server.

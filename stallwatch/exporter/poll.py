@@ -50,7 +50,7 @@ async def poll_once(
         probes_sent: int = 0,
         probes_failed: int = 0,
         error_reason: str | None = None,
-        probe_deferred: bool = False,
+        held_back: bool = False,
     ) -> PollOutcome:
         return PollOutcome(
             verdict=verdict,
@@ -60,7 +60,7 @@ async def poll_once(
             probes_sent=probes_sent,
             probes_failed=probes_failed,
             error_reason=error_reason,
-            probe_deferred=probe_deferred,
+            probe_deferred=held_back,
         )
 
     if target.kind == "proxy":
@@ -122,7 +122,7 @@ async def poll_once(
             started_at,
             min_interval=target.probe.min_interval_seconds,
         )
-        return outcome(deferred, reading, probe_deferred=True)
+        return outcome(deferred, reading, held_back=True)
     model = target.probe.model or (reading.model_names[0] if reading.model_names else "")
     probe = await send_probe(
         session,
