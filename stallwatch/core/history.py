@@ -23,6 +23,13 @@ class PollOutcome:
     probes_sent: int = 0
     probes_failed: int = 0
     error_reason: str | None = None
+    # A test request was asked for but not due yet: the verdict leans on an earlier proof.
+    probe_deferred: bool = False
+
+    @property
+    def started_at(self) -> float:
+        """When the poll read the server (and sent its test request, if any)."""
+        return self.finished_at - self.duration_seconds
 
 
 @dataclass(frozen=True)
@@ -33,6 +40,9 @@ class TargetHistory:
     baseline: Reading | None = None
     state_polls: int = 0
     last_progress_at: float | None = None
+    # The latest moment the current process is known to have been alive (see `_proof_of_life`);
+    # None before any proof and after a restart.
+    last_proven_alive_at: float | None = None
     last_poll_at: float | None = None
     last_poll_duration_seconds: float | None = None
     polls: int = 0
@@ -51,7 +61,9 @@ class TargetHistory:
         errors = dict(self.poll_errors)
         if outcome.error_reason is not None:
             errors[outcome.error_reason] = errors.get(outcome.error_reason, 0) + 1
-        proven_idle = verdict.state == State.IDLE and not verdict.probe_needed
+        proven_idle = (
+            verdict.state == State.IDLE and not verdict.probe_needed and not outcome.probe_deferred
+        )
         shows_life = verdict.progressed or proven_idle
         return replace(
             self,
@@ -61,6 +73,7 @@ class TargetHistory:
             baseline=outcome.reading if outcome.reading is not None else self.baseline,
             state_polls=self.state_polls + 1 if same_state else 1,
             last_progress_at=outcome.finished_at if shows_life else self.last_progress_at,
+            last_proven_alive_at=self._proof_of_life(outcome),
             last_poll_at=outcome.finished_at,
             last_poll_duration_seconds=outcome.duration_seconds,
             polls=self.polls + 1,
@@ -69,3 +82,19 @@ class TargetHistory:
             probe_failures=self.probe_failures + outcome.probes_failed,
             poll_errors=MappingProxyType(errors),
         )
+
+    def _proof_of_life(self, outcome: PollOutcome) -> float | None:
+        """When the server last proved it was alive, once `outcome` is counted.
+
+        A test request that answered proves it from the moment it was sent. Counters that
+        moved prove it only from the previous read on, so that read's time is taken: the
+        completion of a test request, seen on the next poll, does not push the next one later.
+        """
+        verdict = outcome.verdict
+        if outcome.probes_sent > outcome.probes_failed:
+            return outcome.started_at
+        if verdict.progressed:
+            return self.baseline.taken_at if self.baseline is not None else outcome.started_at
+        if verdict.restart_detected:
+            return None  # what was proven was the old process
+        return self.last_proven_alive_at

@@ -1,4 +1,4 @@
-"""One poll of one target: read, classify, and send the idle test request only when allowed."""
+"""One poll of one target: read, classify, and send the idle test request only when due."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import aiohttp
 from stallwatch.common.exporter_config import TargetConfig
 from stallwatch.core.classify import State, Verdict, classify, down, hung, with_probe_result
 from stallwatch.core.history import PollOutcome
-from stallwatch.core.probe import settle_probe
+from stallwatch.core.probe import probe_deferred, probe_due, settle_probe
 from stallwatch.core.reading import Reading
 from stallwatch.exporter.fetch import (
     NO_METRICS_STATUSES,
@@ -42,9 +42,15 @@ async def poll_once(
     baseline: Reading | None,
     *,
     max_payload_bytes: int,
+    last_proven_alive_at: float | None = None,
 ) -> PollOutcome:
-    """Read the target once and decide its state; never raises for a misbehaving server."""
+    """Read the target once and decide its state; never raises for a misbehaving server.
+
+    `last_proven_alive_at` (the target's history) holds back a test request that is not due
+    yet; without it, every poll that asks for one sends it.
+    """
     started = time.monotonic()
+    started_at = time.time()
 
     def outcome(
         verdict: Verdict,
@@ -53,6 +59,7 @@ async def poll_once(
         probes_sent: int = 0,
         probes_failed: int = 0,
         error_reason: str | None = None,
+        held_back: bool = False,
     ) -> PollOutcome:
         return PollOutcome(
             verdict=verdict,
@@ -62,6 +69,7 @@ async def poll_once(
             probes_sent=probes_sent,
             probes_failed=probes_failed,
             error_reason=error_reason,
+            probe_deferred=held_back,
         )
 
     if target.kind == "proxy":
@@ -109,6 +117,21 @@ async def poll_once(
     if not allows_test_request(reading.engine_kind, target.probe.endpoint):
         detail = f"{reading.engine_kind} has no safe test request; idle by its counters"
         return outcome(with_probe_result(verdict, True, detail), reading)
+    due = probe_due(
+        verdict,
+        last_proven_alive_at,
+        started_at,
+        min_interval=target.probe.min_interval_seconds,
+        poll_interval=target.interval_seconds,
+    )
+    if not due:
+        deferred = probe_deferred(
+            verdict,
+            last_proven_alive_at,
+            started_at,
+            min_interval=target.probe.min_interval_seconds,
+        )
+        return outcome(deferred, reading, held_back=True)
     model = target.probe.model or (reading.model_names[0] if reading.model_names else "")
     probe = await send_probe(
         session,

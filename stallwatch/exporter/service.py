@@ -64,6 +64,7 @@ class ExporterService:
                     target,
                     history.baseline,
                     max_payload_bytes=self.config.max_payload_bytes,
+                    last_proven_alive_at=history.last_proven_alive_at,
                 )
             except asyncio.CancelledError:
                 raise

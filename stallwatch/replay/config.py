@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from stallwatch.common.exporter_config import DEFAULT_PROBE_MIN_INTERVAL_SECONDS
+
 
 @dataclass(frozen=True)
 class ReplayConfig:
@@ -43,6 +45,7 @@ class ReplayConfig:
     # The new way.
     exporter_interval: float = 15.0
     probe_timeout: float = 10.0
+    probe_min_interval: float = DEFAULT_PROBE_MIN_INTERVAL_SECONDS
     scrape_interval: float = 15.0
     evaluation_interval: float = 15.0
     group_wait: float = 5.0

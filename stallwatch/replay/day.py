@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from collections import Counter
 from dataclasses import dataclass
+from typing import Literal
 
 from stallwatch.replay.clock import Scheduler
 from stallwatch.replay.config import ReplayConfig
@@ -12,6 +13,11 @@ from stallwatch.replay.old_way import ErrorWatchdog, RequestWatchdog
 from stallwatch.replay.server import SimulatedServer
 from stallwatch.replay.stallwatch_way import Stallwatch
 from stallwatch.replay.traffic import Traffic, TrafficPlan, plan_traffic
+
+# "with_work": the frozen gauges show requests, so the server reads stalled (LLMServerStuck);
+# "running_at_0": it hung idle, gauges frozen at 0, and only a failing test request shows it
+# (LLMServerUnresponsive), like the simulator's `hang_before_update`.
+HangKind = Literal["with_work", "running_at_0"]
 
 
 @dataclass(frozen=True)
@@ -21,6 +27,7 @@ class HangOutcome:
     started_at: float
     caught_after: float | None  # None: still hung at the end of the day
     lasted: float
+    kind: HangKind = "with_work"
 
 
 @dataclass(frozen=True)
@@ -109,8 +116,9 @@ def _run_way(config: ReplayConfig, plan: TrafficPlan, way: str) -> WayResult:
             started_at=start,
             caught_after=None if stop is None else stop - start,
             lasted=(end if stop is None else stop) - start,
+            kind="running_at_0" if at_zero else "with_work",
         )
-        for start, stop in server.hangs
+        for (start, stop), at_zero in zip(server.hangs, server.hangs_frozen_at_zero, strict=True)
     )
     true_restarts = sum(1 for _t, _by, was_hung in server.restarts if was_hung)
     return WayResult(

@@ -25,6 +25,7 @@ def _way_document(way: WayResult) -> dict[str, Any]:
         "hangs": [
             {
                 "started_at_seconds": round(hang.started_at, 1),
+                "kind": hang.kind,
                 "caught": hang.caught_after is not None,
                 "seconds_to_catch": None
                 if hang.caught_after is None
@@ -64,11 +65,12 @@ def _catch_times(way: WayResult) -> str:
     parts = []
     for hang in way.hangs:
         if hang.caught_after is None:
-            parts.append(f"never (hung {hang.lasted / 60:.0f} min)")
+            text = f"never (hung {hang.lasted / 60:.0f} min)"
         elif hang.caught_after < 120:
-            parts.append(f"{hang.caught_after:.0f} s")
+            text = f"{hang.caught_after:.0f} s"
         else:
-            parts.append(f"{hang.caught_after / 60:.1f} min")
+            text = f"{hang.caught_after / 60:.1f} min"
+        parts.append(text + ("*" if hang.kind == "running_at_0" else ""))
     return ", ".join(parts) or "-"
 
 
@@ -116,6 +118,10 @@ def format_result(result: ReplayResult, elapsed: float | None = None) -> str:
         f"{'':<{width}}  {'old way':<{old_width}}  stallwatch",
     ]
     lines += [f"{name:<{width}}  {a:<{old_width}}  {b}" for name, a, b in rows]
+    if any(hang.kind == "running_at_0" for hang in (*old.hangs, *new.hangs)):
+        lines.append(
+            "* hung idle: running and waiting frozen at 0, only a failing test request shows it"
+        )
     by = ", ".join(f"{name} {count}" for name, count in sorted(old.restarts_by.items()))
     lines += ["", f"old way restarts by: {by or 'none'}"]
     if new.restarter_skips:
@@ -161,7 +167,8 @@ def assumptions(config: ReplayConfig) -> list[str]:
         "(sooner as errors grow); none of them checks while the port is closed",
         f"new way: the exporter's real decision code every {config.exporter_interval:g} s "
         f"(idle test request: 1 token, {config.probe_timeout:g} s timeout, only when a read "
-        f"shows no work); stuck = two consecutive stalled polls; Prometheus scrape and "
+        f"shows no work and nothing completed, at most one per {config.probe_min_interval:g} s "
+        f"while the server answers); stuck = two consecutive stalled polls; Prometheus scrape and "
         f"evaluation every {config.scrape_interval:g} s; Alertmanager group_wait "
         f"{config.group_wait:g} s; the restarter's real policy (cooldown "
         f"{config.cooldown / 60:g} min, budget {config.budget_max_restarts} per "

@@ -60,6 +60,8 @@ class SimulatedServer:
         self.hung_since: float | None = None
         self.restarts: list[tuple[float, str, bool]] = []  # (time, by whom, was it hung)
         self.hangs: list[tuple[float, float | None]] = []  # (start, end)
+        # Per hang: did its frozen gauges read running and waiting at 0 (idle when it hung)?
+        self.hangs_frozen_at_zero: list[bool] = []
         self.loading_seconds = 0.0
         self.failed_500 = 0
         self.refused = 0
@@ -162,8 +164,12 @@ class SimulatedServer:
     # Faults and restarts.
 
     def hang(self, now: float) -> None:
+        """The engine core stops: counters and gauges freeze at what its last step wrote."""
         self.hung_since = now
         self.hangs.append((now, None))
+        frozen = self.read(now)  # what every read shows from now on
+        work = 0.0 if frozen is None else (frozen.running or 0.0) + (frozen.waiting or 0.0)
+        self.hangs_frozen_at_zero.append(work == 0)
 
     def restart(self, now: float, by: str) -> None:
         """Kill and start the server: requests in flight fail with 500, weights load again."""

@@ -1,10 +1,10 @@
 """The new way: stallwatch's own decision code, with Prometheus and Alertmanager timing modelled.
 
-Every decision is the project's own pure step: the exporter's `classify`, `settle_probe` and
-`TargetHistory`; the restart alerts' condition (`restart_alerts`); the restarter's `decide`,
-then `decide_confirmed` on two fresh reads judged by `judge_reads`. Only the timing of
-Prometheus (scrape, evaluation) and Alertmanager (group_wait, group_interval, repeat_interval)
-is modelled here.
+Every decision is the project's own pure step: the exporter's `classify`, `probe_due` (with
+`probe_deferred`), `settle_probe` and `TargetHistory`; the restart alerts' condition
+(`restart_alerts`); the restarter's `decide`, then `decide_confirmed` on two fresh reads judged
+by `judge_reads`. Only the timing of Prometheus (scrape, evaluation) and Alertmanager
+(group_wait, group_interval, repeat_interval) is modelled here.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from stallwatch.core.classify import State, Verdict, classify, down
 from stallwatch.core.confirmation import Confirmation, judge_reads
 from stallwatch.core.history import PollOutcome, TargetHistory
 from stallwatch.core.policy import History, PastDecision, PastRestart, decide, decide_confirmed
-from stallwatch.core.probe import settle_probe
+from stallwatch.core.probe import probe_deferred, probe_due, settle_probe
 from stallwatch.core.reading import Reading
 from stallwatch.core.rules import restart_alerts
 from stallwatch.replay.clock import Scheduler
@@ -112,6 +112,19 @@ class Stallwatch:
         verdict = classify(self.history.baseline, reading)
         if not verdict.probe_needed:
             self._finish_poll(PollOutcome(verdict, reading, now, 0.0))
+            return
+        proven_at = self.history.last_proven_alive_at
+        if not probe_due(
+            verdict,
+            proven_at,
+            now,
+            min_interval=self.config.probe_min_interval,
+            poll_interval=self.config.exporter_interval,
+        ):
+            deferred = probe_deferred(
+                verdict, proven_at, now, min_interval=self.config.probe_min_interval
+            )
+            self._finish_poll(PollOutcome(deferred, reading, now, 0.0, probe_deferred=True))
             return
         self._polling = True
         answered: list[int] = []

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import itertools
 import shutil
 import subprocess
 from pathlib import Path
@@ -10,13 +12,22 @@ from pathlib import Path
 import aiohttp
 
 from stallwatch import USER_AGENT
-from stallwatch.common.exporter_config import ExporterConfig
+from stallwatch.common.exporter_config import (
+    ExporterConfig,
+    ProbeConfig,
+    exporter_config_from_mapping,
+)
 from stallwatch.core.classify import State
+from stallwatch.core.history import PollOutcome, TargetHistory
+from stallwatch.core.probe import ON_TIME_SHARE_OF_INTERVAL
+from stallwatch.demo import configs as demo_configs
 from stallwatch.exporter.app import running_exporter
+from stallwatch.exporter.service import ExporterService
 from stallwatch.simulator.load import run_load
 from stallwatch.simulator.proxy import running_proxy
 from stallwatch.simulator.testing import running_simulator
 from tests.component.exporter_support import (
+    FAST_INTERVAL,
     exporter_for,
     history,
     record_states,
@@ -227,3 +238,69 @@ async def test_oversized_payload_reads_down_with_reason_too_large() -> None:
         async with running_exporter(config, Path("unused.yml"), port=0) as (service, _):
             found = await wait_for_state(service, "gpu", State.DOWN)
     assert found.poll_errors.get("too_large", 0) >= 1
+
+
+class PollLog:
+    """Every outcome of one target's polls, with the history after it, none missed."""
+
+    def __init__(self, service: ExporterService, name: str) -> None:
+        self.polls: list[tuple[PollOutcome, TargetHistory]] = []
+        self._name = name
+        self.stop = service.subscribe(self._on_poll)
+
+    def _on_poll(self, target: str, updated: TargetHistory, outcome: PollOutcome) -> None:
+        if target == self._name:
+            self.polls.append((outcome, updated))
+
+    def probe_times(self) -> list[float]:
+        return [outcome.started_at for outcome, _ in self.polls if outcome.probes_sent]
+
+
+async def test_an_idle_server_gets_one_test_request_per_min_interval() -> None:
+    """Test requests to an idle server come min_interval apart; the polls between read idle."""
+    min_interval = 1.0
+    probe = ProbeConfig(timeout_seconds=0.5, min_interval_seconds=min_interval)
+    async with running_simulator() as sim:
+        async with exporter_for(target("gpu", sim.url, probe=probe)) as (service, _):
+            log = PollLog(service, "gpu")
+            await wait_until(lambda: len(log.probe_times()) >= 3, what="three test requests")
+            log.stop()
+        sent = sim.stats()["completions_by_user_agent"][USER_AGENT]
+    times = log.probe_times()
+    on_time = min_interval - FAST_INTERVAL * ON_TIME_SHARE_OF_INTERVAL
+    assert all(later - earlier >= on_time - 0.001 for earlier, later in itertools.pairwise(times))
+    held_back = [outcome for outcome, _ in log.polls if outcome.probe_deferred]
+    assert held_back
+    assert all(outcome.verdict.state == State.IDLE for outcome in held_back)
+    assert all("proven alive" in outcome.verdict.reason for outcome in held_back)
+    assert sent == history(service, "gpu").probe_requests
+
+
+async def test_the_demo_config_catches_a_hang_with_running_frozen_at_0() -> None:
+    """With the demo's min_interval, a server hung idle after a proof of life is still caught.
+
+    The hang comes right after a test request answered: the next polls read idle on that
+    proof, then the due test request fails, the next poll sends another at once, and the
+    second failure in a row makes LLMServerUnresponsive fire.
+    """
+    config = exporter_config_from_mapping(
+        demo_configs.exporter_config("127.0.0.1:9732", {"gpu-b": "http://x"}, "http://y"),
+        "demo",
+    )
+    demo_target = config.targets[0]
+    assert demo_target.probe.min_interval_seconds > demo_target.interval_seconds
+    async with running_simulator() as sim:
+        gpu = dataclasses.replace(demo_target, url=sim.url)
+        async with exporter_for(gpu) as (service, _):
+            await wait_until(lambda: history(service, "gpu-b").probe_requests >= 1, what="probe")
+            log = PollLog(service, "gpu-b")
+            sim.apply_fault("hang_before_update")
+            caught = await wait_for_state(
+                service, "gpu-b", State.UNRESPONSIVE, polls=2, timeout=30.0
+            )
+            log.stop()
+    assert caught.probe_failures == 2
+    outcomes = [outcome for outcome, _ in log.polls]
+    first_failure = next(i for i, outcome in enumerate(outcomes) if outcome.probes_failed)
+    assert any(outcome.probe_deferred for outcome in outcomes[:first_failure])
+    assert outcomes[first_failure + 1].probes_failed == 1  # retried on the very next poll

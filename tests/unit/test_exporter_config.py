@@ -38,6 +38,9 @@ INVALID: dict[str, str] = {
         "targets[0].labels: line 5: key 1 is not a string (quote it if it is meant as one)"
     ),
     "probe-endpoint": "targets[0].probe.endpoint: expected one of completions, chat, got 'grpc'",
+    "probe-min-interval": (
+        "targets[0].probe.min_interval: expected a duration like 15s, 10m or 1h, got '-1m'"
+    ),
     "probe-timeout-zero": "probe.timeout: must be at least 100ms, got 0s",
     "timeout-nan": "targets[0].timeout: expected a duration like 15s, 10m or 1h, got nan",
     "timeout-over-interval": "targets[0].timeout: must not be longer than the interval",
@@ -87,6 +90,8 @@ def test_full_valid_file_reads_every_field() -> None:
     gpu_a, gpu_b, gateway = config.targets
     assert (gpu_a.interval_seconds, gpu_a.timeout_seconds) == (90.0, 0.5)
     assert (gpu_a.probe.endpoint, gpu_a.probe.timeout_seconds) == ("chat", 10.0)
+    assert gpu_a.probe.min_interval_seconds == 120.0
+    assert gpu_b.probe.min_interval_seconds == 0.0  # zero: a test request on every idle poll
     assert (gpu_b.interval_seconds, gpu_b.timeout_seconds) == (0.05, 0.05)
     assert gpu_b.probe.enabled is False
     assert gpu_b.probe.model == "tiny"
@@ -104,6 +109,7 @@ def test_example_config_is_valid() -> None:
     assert gpu_b.interval_seconds == 10.0
     assert gpu_b.probe.model == "tiny"
     assert gpu_a.probe.timeout_seconds == 10.0
+    assert gpu_a.probe.min_interval_seconds == 60.0
     assert gateway.kind == "proxy"
     assert dict(gpu_a.labels) == {"host": "gpu-a"}
     assert gpu_a.metrics_url == "http://127.0.0.1:8000/metrics"

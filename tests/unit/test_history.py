@@ -78,3 +78,49 @@ def test_counters_add_up() -> None:
     history = history.advance(outcome(Verdict(State.IDLE, "ok"), 3, probes=1))
     assert (history.polls, history.probe_requests, history.probe_failures) == (3, 2, 1)
     assert history.restarts_detected == 1
+
+
+UNRESPONSIVE = Verdict(State.UNRESPONSIVE, "test request failed")
+RESTARTED = Verdict(State.RESTARTED, "new process", restart_detected=True, probe_needed=True)
+
+
+def test_proof_of_life_is_an_answered_test_request_or_counters_that_moved() -> None:
+    """Proof of life: when an answered test request was sent, or the read before progress."""
+    idle = Verdict(State.IDLE, "idle: answered")
+    history = TargetHistory()
+    assert history.last_proven_alive_at is None
+    history = history.advance(outcome(idle, 100.0, reading=Reading(taken_at=99.5), probes=1))
+    assert history.last_proven_alive_at == 100.0 - 0.01  # the poll's start, when it was sent
+    history = history.advance(
+        outcome(UNRESPONSIVE, 115.0, reading=Reading(taken_at=115.0), probes=1, failed=1)
+    )
+    assert history.last_proven_alive_at == 100.0 - 0.01  # a failed test request proves nothing
+    history = history.advance(outcome(BUSY, 130.0, reading=Reading(taken_at=130.0)))
+    assert history.last_proven_alive_at == 115.0  # progress since the previous read
+    deferred = Verdict(State.IDLE, "proven alive 15 s ago")
+    history = history.advance(
+        PollOutcome(deferred, Reading(taken_at=145.0), 145.0, 0.01, probe_deferred=True)
+    )
+    assert history.last_proven_alive_at == 115.0
+    history = history.advance(
+        outcome(RESTARTED, 160.0, reading=Reading(taken_at=160.0), probes=1, failed=1)
+    )
+    assert history.last_proven_alive_at is None  # the proof was of the old process
+
+
+def test_a_new_process_proven_by_its_test_request_keeps_that_proof() -> None:
+    """A restart whose test request answered is proven alive from that poll on."""
+    history = TargetHistory().advance(outcome(BUSY, 10.0, reading=Reading(taken_at=10.0)))
+    history = history.advance(outcome(RESTARTED, 25.0, reading=Reading(taken_at=25.0), probes=1))
+    assert history.last_proven_alive_at == 25.0 - 0.01
+
+
+def test_a_deferred_poll_does_not_move_the_progress_time() -> None:
+    """An idle poll whose test request was held back leaves last_progress_at on the last proof."""
+    answered = Verdict(State.IDLE, "idle: answered")
+    history = TargetHistory().advance(outcome(answered, 30.0, probes=1))
+    deferred = Verdict(State.IDLE, "proven alive 15 s ago")
+    history = history.advance(PollOutcome(deferred, None, 45.0, 0.01, probe_deferred=True))
+    assert history.last_progress_at == 30.0
+    assert history.state == State.IDLE
+    assert history.state_polls == 2

@@ -1,12 +1,14 @@
-"""Settling an idle poll's verdict from its test request and the fresh read after a failure."""
+"""The idle test request: when one is due, and settling a verdict from its answer or failure."""
 
 from __future__ import annotations
 
 import pytest
 
-from stallwatch.core.classify import State, classify
-from stallwatch.core.probe import settle_probe
+from stallwatch.core.classify import State, Verdict, classify
+from stallwatch.core.history import PollOutcome, TargetHistory
+from stallwatch.core.probe import probe_deferred, probe_due, settle_probe
 from stallwatch.core.reading import EngineSample, Reading
+from stallwatch.core.rules import UNRESPONSIVE_ALERT, restart_alert_fires
 
 START = 1_000.0
 
@@ -119,3 +121,102 @@ def test_a_restarted_server_stays_restarted_whatever_the_test_request_says() -> 
         )
         assert settled.verdict.state == State.RESTARTED
         assert settled.verdict.reason.endswith("test request: x")
+
+
+MIN_INTERVAL = 60.0
+POLL_INTERVAL = 15.0
+NOW = 10_000.0
+BUSY_VERDICT = Verdict(State.BUSY, "moving", running=1.0, progressed=True)
+# Two engines: one finished requests since the last read, the other did nothing.
+ENGINE_COMPLETED_VERDICT = Verdict(
+    State.IDLE, "one engine idle", progressed=True, probe_needed=True
+)
+
+# (case, verdict, seconds since the last proof of life (None: never), min_interval, due)
+DUE_CASES: list[tuple[str, Verdict, float | None, float, bool]] = [
+    ("work present: never", BUSY_VERDICT, None, MIN_INTERVAL, False),
+    ("never proven alive", IDLE_VERDICT, None, MIN_INTERVAL, True),
+    ("proven one poll ago", IDLE_VERDICT, 15.0, MIN_INTERVAL, False),
+    ("proven three polls ago", IDLE_VERDICT, 45.0, MIN_INTERVAL, False),
+    ("proven 58 s ago: more than a tenth of a poll early", IDLE_VERDICT, 58.0, MIN_INTERVAL, False),
+    ("proven 59.9 s ago: a poll starting a bit early", IDLE_VERDICT, 59.9, MIN_INTERVAL, True),
+    ("proven exactly min_interval ago", IDLE_VERDICT, 60.0, MIN_INTERVAL, True),
+    ("proven long ago", IDLE_VERDICT, 3_600.0, MIN_INTERVAL, True),
+    ("proof in the future: the clock went back", IDLE_VERDICT, -30.0, MIN_INTERVAL, True),
+    ("a new process proves nothing yet", RESTARTED_IDLE_VERDICT, 5.0, MIN_INTERVAL, True),
+    ("an engine completed requests", ENGINE_COMPLETED_VERDICT, None, MIN_INTERVAL, False),
+    ("min_interval 0: every idle poll", IDLE_VERDICT, 0.5, 0.0, True),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "verdict", "age", "min_interval", "due"), DUE_CASES, ids=[c[0] for c in DUE_CASES]
+)
+def test_probe_due(
+    case: str, verdict: Verdict, age: float | None, min_interval: float, due: bool
+) -> None:
+    """A test request goes only to an idle server not proven alive within min_interval."""
+    proven_at = None if age is None else NOW - age
+    found = probe_due(
+        verdict, proven_at, NOW, min_interval=min_interval, poll_interval=POLL_INTERVAL
+    )
+    assert found is due, case
+
+
+def test_a_deferred_poll_reads_idle_and_says_when_the_server_was_last_proven_alive() -> None:
+    """Between test requests an idle server reads idle, on its last proof, with its figures."""
+    deferred = probe_deferred(IDLE_VERDICT, NOW - 35.0, NOW, min_interval=MIN_INTERVAL)
+    assert deferred.state == State.IDLE
+    assert not deferred.probe_needed
+    assert deferred.reason == (
+        "no work and nothing completed; proven alive 35 s ago, next test request in 25 s"
+    )
+    assert (deferred.running, deferred.engines) == (IDLE_VERDICT.running, IDLE_VERDICT.engines)
+
+
+def test_a_deferred_poll_needs_a_proof_to_lean_on() -> None:
+    """Holding back the test request of a server never proven alive is refused."""
+    with pytest.raises(ValueError, match="due"):
+        probe_deferred(IDLE_VERDICT, None, NOW, min_interval=MIN_INTERVAL)
+
+
+def _poll(history: TargetHistory, at: float, answers: bool) -> TargetHistory:
+    """One idle poll of a server whose counters never move, as the exporter runs it."""
+    reading = read(at)
+    verdict = classify(history.baseline, reading)
+    proven_at = history.last_proven_alive_at
+    if not probe_due(
+        verdict, proven_at, at, min_interval=MIN_INTERVAL, poll_interval=POLL_INTERVAL
+    ):
+        deferred = probe_deferred(verdict, proven_at, at, min_interval=MIN_INTERVAL)
+        return history.advance(PollOutcome(deferred, reading, at, 0.0, probe_deferred=True))
+    settled = settle_probe(verdict, reading, answered=answers, detail="test", reread=read(at))
+    outcome = PollOutcome(
+        settled.verdict,
+        settled.reading,
+        at,
+        0.0,
+        probes_sent=1,
+        probes_failed=settled.probes_failed,
+    )
+    return history.advance(outcome)
+
+
+def test_two_failed_test_requests_in_a_row_still_fire_llm_server_unresponsive() -> None:
+    """After a failed test request the next idle poll sends another, so the alert still fires."""
+    history = TargetHistory()
+    sent: list[float] = []
+    for poll in range(10):  # answers at first, then hangs with its counters frozen at 0
+        at = poll * POLL_INTERVAL
+        before = history.probe_requests
+        history = _poll(history, at, answers=at < 50)
+        if history.probe_requests > before:
+            sent.append(at)
+        if restart_alert_fires(UNRESPONSIVE_ALERT, history.state, history.state_polls):
+            break
+    assert sent == [0.0, 60.0, 75.0]  # one per min_interval while it answers, then every poll
+    assert (history.state, history.state_polls, history.probe_failures) == (
+        State.UNRESPONSIVE,
+        2,
+        2,
+    )

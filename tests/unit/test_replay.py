@@ -84,6 +84,7 @@ def test_hang_of_an_idle_server_is_caught_through_the_idle_test_request() -> Non
     assert result.new.true_restarts == len(result.hang_times) == 1
     assert result.new.false_restarts == 0
     assert result.new.hangs[0].caught_after is not None
+    assert result.new.hangs[0].kind == "running_at_0"
 
 
 def test_replay_reads_what_the_parser_reads_from_the_simulator_payload() -> None:
@@ -139,3 +140,43 @@ def test_stallwatchs_way_calls_the_pipelines_own_step(
     result = run_replay(ReplayConfig(seed=4, hours=4, load=0, interactive_per_hour=0))
     assert result.new.true_restarts == 1
     assert calls
+
+
+def _catch_times(result: ReplayResult) -> list[tuple[str, float | None]]:
+    return [
+        (hang.kind, None if hang.caught_after is None else round(hang.caught_after))
+        for hang in result.new.hangs
+    ]
+
+
+def test_seed_11_day_is_pinned() -> None:
+    """Seed 11's day: 488 test requests, none to a busy server; its three idle hangs caught.
+
+    With probe.min_interval 60 s (the default) an idle server gets a test request once a
+    minute instead of every other poll: 1 072 test requests became 488 (the old watchdogs
+    sent 793). All three hangs struck an idle server (running frozen at 0); they are caught
+    after 76 s, 70 s and 60 s instead of 46 s, 70 s and 60 s: the first one waited up to a
+    minute for the next test request instead of a poll.
+    """
+    result = run_replay(ReplayConfig(seed=11))
+    assert result.new.test_requests == 488
+    assert result.new.test_requests_to_busy_server == 0
+    assert result.old.test_requests == 793
+    assert (result.new.true_restarts, result.new.false_restarts) == (3, 0)
+    assert _catch_times(result) == [
+        ("running_at_0", 76),
+        ("running_at_0", 70),
+        ("running_at_0", 60),
+    ]
+
+
+def test_min_interval_zero_gives_back_a_test_request_on_every_idle_poll() -> None:
+    """With probe.min_interval 0 the seed 11 day sends the 1 072 test requests it used to."""
+    result = run_replay(ReplayConfig(seed=11, probe_min_interval=0.0))
+    assert result.new.test_requests == 1072
+    assert result.new.test_requests_to_busy_server == 0
+    assert _catch_times(result) == [
+        ("running_at_0", 46),
+        ("running_at_0", 70),
+        ("running_at_0", 60),
+    ]
