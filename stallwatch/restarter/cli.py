@@ -62,10 +62,13 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
 
 def _load(path: Path) -> RestarterConfig | None:
     try:
-        return load_config(path)
+        config = load_config(path)
     except ConfigError as error:
         print(f"invalid config: {error}", file=sys.stderr)
         return None
+    for warning in config.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    return config
 
 
 def describe(config: RestarterConfig) -> list[str]:

@@ -261,6 +261,9 @@ class SimServer:
         self.app.router.add_get("/health", self.handle_health)
         self.app.router.add_get("/ping", self.handle_health)
         self.app.router.add_get("/metrics", self.handle_metrics)
+        # vLLM mounts its metrics app at /metrics: every path under it, with any method,
+        # answers metrics (so a base URL ending in /metrics sends test requests there).
+        self.app.router.add_route("*", "/metrics/{tail:.*}", self.handle_metrics)
         self.app.router.add_get("/v1/models", self.handle_models)
         self.app.router.add_get("/version", self.handle_version)
         self.app.router.add_get("/load", self.handle_load)
