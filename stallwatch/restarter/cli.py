@@ -11,10 +11,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import aiohttp
+
+from stallwatch import USER_AGENT
 from stallwatch.common.cli import add_service_arguments, setup_logging
 from stallwatch.common.config import ConfigError
 from stallwatch.common.config_files import load_restarter_config as load_config
 from stallwatch.common.restarter_config import RestarterConfig
+from stallwatch.exporter.fetch import read_metrics
 from stallwatch.restarter.journal import Journal, JournalEntry, JournalError, printable
 
 
@@ -34,6 +38,13 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     parser.add_argument("--config", type=Path, metavar="FILE", help="YAML config file (required)")
     add_service_arguments(
         parser, log_help="log level (default: info); one line is logged per decision"
+    )
+    parser.add_argument(
+        "--config.check-targets",
+        dest="config_check_targets",
+        action="store_true",
+        help="as --config.check, and read each target's /metrics once: exit 1 if any target "
+        "cannot be read or carries no engine metrics (its stalls could never be confirmed)",
     )
     parser.set_defaults(handler=run)
     commands = parser.add_subparsers(dest="restarter_command", metavar="COMMAND")
@@ -98,10 +109,12 @@ def run(args: argparse.Namespace) -> int:
     config = _load(args.config)
     if config is None:
         return 1
-    if args.config_check:
+    if args.config_check or args.config_check_targets:
         print(f"{args.config}: valid, {len(config.targets)} targets")
         for line in describe(config):
             print(f"  {line}")
+        if args.config_check_targets:
+            return 0 if asyncio.run(check_targets(config)) else 1
         return 0
     try:
         asyncio.run(_serve_until_signal(config))
@@ -117,6 +130,34 @@ def run(args: argparse.Namespace) -> int:
         print(f"stallwatch restarter: {error}", file=sys.stderr)
         return 1
     return 0
+
+
+async def check_targets(config: RestarterConfig) -> bool:
+    """Read each target's metrics URL once, as the confirmation will; print what each gave."""
+    print("reading each target's metrics once:")
+    usable = True
+    async with aiohttp.ClientSession(headers={"User-Agent": USER_AGENT}) as session:
+        results = await asyncio.gather(
+            *(
+                read_metrics(session, target.metrics_url, timeout=config.confirm.timeout)
+                for target in config.targets
+            )
+        )
+    for target, result in zip(config.targets, results, strict=True):
+        if result.reading is None:
+            usable = False
+            print(f"  {target.name}: PROBLEM: {target.metrics_url}: {result.detail}")
+        elif not result.reading.has_engines:
+            usable = False
+            print(
+                f"  {target.name}: PROBLEM: {target.metrics_url} answers, but with no engine "
+                "metrics (is it a model server's /metrics?): no stall could ever be confirmed, "
+                "every restart would be skipped"
+            )
+        else:
+            models = ", ".join(result.reading.model_names) or "unnamed model"
+            print(f"  {target.name}: ok, {len(result.reading.engines)} engine(s), {models}")
+    return usable
 
 
 async def _serve_until_signal(config: RestarterConfig) -> None:
