@@ -117,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
             return 0 if asyncio.run(check_targets(config)) else 1
         return 0
     try:
-        asyncio.run(_serve_until_signal(config))
+        asyncio.run(_serve_until_signal(config, args.config))
     except OSError as error:
         print(f"stallwatch restarter: cannot listen on {config.listen}: {error}", file=sys.stderr)
         return 1
@@ -160,14 +160,14 @@ async def check_targets(config: RestarterConfig) -> bool:
     return usable
 
 
-async def _serve_until_signal(config: RestarterConfig) -> None:
+async def _serve_until_signal(config: RestarterConfig, config_path: Path) -> None:
     from stallwatch.restarter.app import serve
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
-    await serve(config, stop=stop)
+    await serve(config, stop=stop, config_path=config_path)
 
 
 def format_table(entries: list[JournalEntry]) -> str:
