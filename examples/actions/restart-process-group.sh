@@ -23,7 +23,7 @@ shift 2
 grace=${STOP_GRACE_SECONDS:-30}
 
 group_alive() {
-    kill -0 -- "-$1" 2>/dev/null
+    kill -0 "-$1" 2>/dev/null
 }
 
 if [ -s "$pidfile" ]; then
@@ -32,18 +32,30 @@ if [ -s "$pidfile" ]; then
         '' | *[!0-9]* | 0 | 1) echo "$pidfile does not hold a process group id: $pgid"; exit 1 ;;
     esac
     if group_alive "$pgid"; then
-        kill -TERM -- "-$pgid" 2>/dev/null || true
+        kill -TERM "-$pgid" 2>/dev/null || true
         ticks=$((grace * 10))
         while group_alive "$pgid" && [ "$ticks" -gt 0 ]; do
             sleep 0.1
             ticks=$((ticks - 1))
         done
         if group_alive "$pgid"; then
-            kill -KILL -- "-$pgid" 2>/dev/null || true
+            kill -KILL "-$pgid" 2>/dev/null || true
             echo "process group $pgid outlived SIGTERM by ${grace}s: killed"
         fi
     fi
 fi
 setsid "$@" </dev/null >>"$logfile" 2>&1 &
-echo "$!" >"$pidfile"
-echo "started $1 as process group $!"
+server=$!
+# Until setsid has run, the new server is still in this script's process group, which the
+# restarter kills when the script exits: wait until it leads a group of its own.
+ticks=50
+while [ "$(ps -o pgid= -p "$server" | tr -d ' ')" != "$server" ]; do
+    ticks=$((ticks - 1))
+    if [ "$ticks" -le 0 ] || ! kill -0 "$server" 2>/dev/null; then
+        echo "$1 did not start in a session of its own (see $logfile)"
+        exit 1
+    fi
+    sleep 0.1
+done
+echo "$server" >"$pidfile"
+echo "started $1 as process group $server"
