@@ -92,6 +92,11 @@ async def test_docker_script_refuses_a_name_that_is_not_a_container_name() -> No
     assert "exited 64" in detail
 
 
+def start_in_new_session(argv: list[str]) -> subprocess.Popen[bytes]:
+    """The server as started under `setsid`: the leader of its own session and group."""
+    return subprocess.Popen(argv, start_new_session=True, stdout=subprocess.DEVNULL)
+
+
 def group_alive(pgid: int) -> bool:
     try:
         os.killpg(pgid, 0)
@@ -111,9 +116,7 @@ async def test_process_group_script_stops_the_whole_group_and_starts_a_new_sessi
         "print('serving', flush=True)\n"
         "time.sleep(600)\n"
     )
-    old = subprocess.Popen(
-        [sys.executable, "-c", server], start_new_session=True, stdout=subprocess.DEVNULL
-    )
+    old = start_in_new_session([sys.executable, "-c", server])
     pidfile = tmp_path / "server.pgid"
     pidfile.write_text(f"{old.pid}\n")
     logfile = tmp_path / "server.log"
