@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal, cast, get_args
+from urllib.parse import urlsplit, urlunsplit
 
 from stallwatch.common.config import ConfigError, Section
 
@@ -39,6 +40,27 @@ _RESERVED_LABELS = frozenset({"target", "state", "reason", "url", "kind", "engin
 _TOP_KEYS = ("listen", "interval", "timeout", "probe", "max_payload_bytes", "targets")
 _PROBE_KEYS = ("enabled", "model", "endpoint", "timeout", "min_interval")
 _TARGET_KEYS = ("name", "url", "kind", "metrics_path", "interval", "timeout", "probe", "labels")
+
+
+def metrics_in_base_url(url: str) -> str:
+    """Why `url` cannot be a server's base URL because it points into `/metrics` ("" if not).
+
+    vLLM answers every path under `/metrics` with its metrics, so a base URL ending in
+    `/metrics` reads fine but sends the test request to `/metrics/v1/completions`, which
+    fails: a healthy idle server would read unresponsive and be restarted.
+    """
+    parts = urlsplit(url)
+    segments = parts.path.split("/")
+    if "metrics" not in segments:
+        return ""
+    base_path = "/".join(segments[: segments.index("metrics")])
+    base = urlunsplit((parts.scheme, parts.netloc, base_path, "", ""))
+    return (
+        f"{url!r} points into /metrics: give the server's base URL, {base!r} (stallwatch "
+        "reads its metrics under the base URL and sends the test request to "
+        "base + /v1/completions; vLLM answers every path under /metrics with metrics, so that "
+        "request would fail and a healthy idle server would read unresponsive)"
+    )
 
 
 @dataclass(frozen=True)
@@ -99,6 +121,9 @@ def _target(
 ) -> TargetConfig:
     name = section.string("name", required=True)
     url = section.url("url")
+    problem = metrics_in_base_url(url)
+    if problem:
+        raise section.error("url", problem)
     labels = section.string_map("labels")
     for label in labels:
         if not _LABEL_NAME.match(label) or label.startswith("__") or label in _RESERVED_LABELS:

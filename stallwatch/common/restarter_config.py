@@ -6,12 +6,16 @@ directory of the configuration file, so a config and its secrets can move togeth
 
 from __future__ import annotations
 
+import os
+import shutil
 import stat
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
 from stallwatch.common.config import ConfigError, Section, parse_listen
+from stallwatch.common.exporter_config import metrics_in_base_url
 
 DEFAULT_LISTEN = "127.0.0.1:9733"
 DEFAULT_RESTART_ALERTS: tuple[str, ...] = (
@@ -117,6 +121,8 @@ class RestarterConfig:
     fleet_window: FleetWindow = field(default_factory=FleetWindow)
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     source: str = "<memory>"
+    # What the file asks for that still works but should change (deprecated keys).
+    warnings: tuple[str, ...] = ()
 
     def target(self, name: str) -> Target | None:
         for target in self.targets:
@@ -175,6 +181,20 @@ class _Files:
             raise section.error(key, f"{name} must hold one token of printable ASCII characters")
         return token
 
+    def program(self, section: Section, name: str) -> str:
+        """argv[0] as it will be run: a path (relative ones next to the config) that is an
+        executable file, or a name found on the PATH now, as it would be at restart time."""
+        if "/" not in name:
+            if shutil.which(name) is None:
+                raise section.error("argv", f"program {name!r} not found on the PATH")
+            return name
+        resolved = self.base_dir / Path(name).expanduser()
+        if not resolved.is_file():
+            raise section.error("argv", f"program not found: {name}")
+        if not os.access(resolved, os.X_OK):
+            raise section.error("argv", f"{name} is not executable (chmod +x)")
+        return str(resolved)
+
     def journal(self, section: Section, key: str) -> str:
         resolved = Path(self.path(section, key))
         if resolved.is_dir():
@@ -196,7 +216,7 @@ def _action(section: Section, files: _Files, action_timeout: float) -> Action:
         program = section.string_list("argv", ())
         if not program:
             raise section.error("argv", "expected at least the program")
-        return CommandAction(argv=program)
+        return CommandAction(argv=(files.program(section, program[0]), *program[1:]))
     if kind == "docker":
         stop_timeout = section.duration("stop_timeout", 30.0, zero=True)
         if stop_timeout >= action_timeout:
@@ -227,12 +247,57 @@ _ACTION_KEYS: dict[str, tuple[str, ...]] = {
     "systemd": ("kind", "unit", "user"),
     "http": ("kind", "url", "method", "bearer_token_file"),
 }
-_TARGET_KEYS = ("name", "metrics_url", "action", "cooldown", "budget", "action_timeout")
+_TARGET_KEYS = (
+    "name",
+    "url",
+    "metrics_path",
+    "metrics_url",
+    "action",
+    "cooldown",
+    "budget",
+    "action_timeout",
+)
 
 
-def _target(section: Section, files: _Files) -> Target:
+def _metrics_url(section: Section, warnings: list[str]) -> str:
+    """The URL the confirmation reads: `url` + `metrics_path` as the exporter's targets
+    say it, or the deprecated `metrics_url` (a full `/metrics` URL) with a warning."""
+    if section.has("metrics_url"):
+        if section.has("url") or section.has("metrics_path"):
+            raise section.error("metrics_url", "give url (and metrics_path), not metrics_url too")
+        metrics_url = section.url("metrics_url")
+        path = urlsplit(metrics_url).path
+        if path in ("", "/"):
+            raise section.error(
+                "metrics_url",
+                f"{metrics_url!r} is a base URL, not a /metrics endpoint: write "
+                f"url: {metrics_url.rstrip('/')} instead (the metrics are read at url + "
+                "metrics_path, /metrics unless given)",
+            )
+        if metrics_url.endswith("/metrics"):
+            hint = f"url: {metrics_url.removesuffix('/metrics')}"
+        else:
+            parts = urlsplit(metrics_url)
+            base = f"{parts.scheme}://{parts.netloc}"
+            hint = f"url: {base} and metrics_path: {metrics_url.removeprefix(base)}"
+        warnings.append(
+            f"{section.source}: {section.field_name('metrics_url')}: deprecated (to be removed "
+            f"in 0.3): write {hint} instead, as in the exporter's targets"
+        )
+        return metrics_url
+    url = section.url("url")
+    problem = metrics_in_base_url(url)
+    if problem:
+        raise section.error("url", problem)
+    metrics_path = section.string("metrics_path", "/metrics")
+    if not metrics_path.startswith("/"):
+        raise section.error("metrics_path", "must start with /")
+    return url.rstrip("/") + metrics_path
+
+
+def _target(section: Section, files: _Files, warnings: list[str]) -> Target:
     name = section.string("name", required=True)
-    metrics_url = section.url("metrics_url")
+    metrics_url = _metrics_url(section, warnings)
     action_timeout = section.duration("action_timeout", 120.0)
     raw_action = section.required("action")
     kind = raw_action.get("kind") if isinstance(raw_action, dict) else None
@@ -312,11 +377,12 @@ def restarter_config_from_mapping(data: object, source: str, base_dir: Path) -> 
         source=source,
     )
     targets: list[Target] = []
+    warnings: list[str] = []
     for index, section in enumerate(top.sections("targets", _TARGET_KEYS, required=True)):
-        target = _target(section, files)
+        target = _target(section, files, warnings)
         if target.name in {t.name for t in targets}:
             raise ConfigError(
                 source, f"targets[{index}].name", f"duplicate target name {target.name!r}"
             )
         targets.append(target)
-    return replace(config, targets=tuple(targets))
+    return replace(config, targets=tuple(targets), warnings=tuple(warnings))

@@ -77,7 +77,7 @@ def restarter_config(
         "targets": [
             {
                 "name": name,
-                "metrics_url": f"{url}/metrics",
+                "url": url,
                 "action": {"kind": "command", "argv": list(action_argv)},
                 "action_timeout": "60s",
             }

@@ -17,12 +17,14 @@ import aiohttp
 
 from stallwatch import USER_AGENT
 from stallwatch.common.cli import EXIT_USAGE, positive_duration
+from stallwatch.common.config import check_url
 from stallwatch.common.exporter_config import (
     MIN_INTERVAL_SECONDS,
     MIN_PROBE_TIMEOUT_SECONDS,
     ProbeConfig,
     ProbeEndpoint,
     TargetConfig,
+    metrics_in_base_url,
 )
 from stallwatch.core.classify import State
 from stallwatch.core.engines import AUTO, TARGET_KINDS, default_metrics_path
@@ -168,6 +170,10 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    problem = check_url(args.url) or metrics_in_base_url(args.url)
+    if problem:
+        print(f"stallwatch check: error: URL: {problem}", file=sys.stderr)
+        return EXIT_USAGE
     for flag, seconds, minimum in (
         ("--interval", args.interval, MIN_INTERVAL_SECONDS),
         ("--timeout", args.timeout, MIN_INTERVAL_SECONDS),

@@ -1,4 +1,5 @@
-"""The restarter's HTTP side and process life: Alertmanager webhook, journal and metrics endpoints.
+"""The restarter's HTTP side and process life: Alertmanager webhook, journal and metrics endpoints,
+and reloading its config (SIGHUP or `POST /-/reload`).
 
 Every well-formed payload gets a 200, whatever was decided, so Alertmanager has no reason
 to deliver it again.
@@ -10,13 +11,19 @@ import asyncio
 import hmac
 import logging
 import re
+import signal
 import ssl
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
+from pathlib import Path
 
 import aiohttp
 from aiohttp import web
+from prometheus_client import Gauge
 
+from stallwatch.common.config import ConfigError
+from stallwatch.common.config_files import load_restarter_config
 from stallwatch.common.restarter_config import RestarterConfig
 from stallwatch.core.alerts import PayloadError, parse_notification
 from stallwatch.restarter.confirm import confirm_stall
@@ -52,6 +59,64 @@ def authorized(config: RestarterConfig, request: web.Request) -> bool:
 
 RESTARTER_KEY = web.AppKey("restarter", Restarter)
 REQUESTS_SEEN_KEY = web.AppKey("requests_seen", RequestsSeen)
+# Settings a running restarter keeps until its next start: its socket, and its open journal.
+_KEPT_UNTIL_RESTART = ("listen", "tls_cert_file", "tls_key_file", "journal", "max_body_bytes")
+
+
+class ConfigReloader:
+    """Reload the restarter's config file: load and check it whole, then swap it in."""
+
+    def __init__(self, restarter: Restarter, path: Path, clock: Callable[[], float]) -> None:
+        self.restarter = restarter
+        self.path = path
+        registry = restarter.metrics.registry
+        self.successful = Gauge(
+            "stallwatch_restarter_config_last_reload_successful",
+            "1 when the last configuration load or reload succeeded.",
+            registry=registry,
+        )
+        self.last_success = Gauge(
+            "stallwatch_restarter_config_last_reload_success_timestamp_seconds",
+            "Unix time of the last successful configuration load or reload.",
+            registry=registry,
+        )
+        self.clock = clock
+        self.successful.set(1)
+        self.last_success.set(clock())
+
+    def reload(self) -> str | None:
+        """Swap in the file's config; on any error keep the running one. Returns the error."""
+        running = self.restarter.config
+        try:
+            loaded = load_restarter_config(self.path)
+        except ConfigError as error:
+            self.successful.set(0)
+            log.error("reload refused, keeping the running config: %s", error)
+            return str(error)
+        for warning in loaded.warnings:
+            log.warning("%s", warning)
+        kept = {name: getattr(running, name) for name in _KEPT_UNTIL_RESTART}
+        for name, value in kept.items():
+            if getattr(loaded, name) != value:
+                log.warning("reload: %s changes take effect on the next start", name)
+        self.restarter.apply(replace(loaded, **kept))
+        self.successful.set(1)
+        self.last_success.set(self.clock())
+        log.info("config reloaded: %d targets", len(loaded.targets))
+        return None
+
+
+RELOADER_KEY = web.AppKey("reloader", ConfigReloader)
+
+
+async def handle_reload(request: web.Request) -> web.StreamResponse:
+    reloader = request.app[RELOADER_KEY]
+    if not authorized(reloader.restarter.config, request):
+        return _error(401, "missing or wrong bearer token")
+    error = reloader.reload()
+    if error is not None:
+        return _error(400, f"reload refused, the running config is kept: {error}")
+    return web.json_response({"status": "ok", "targets": len(reloader.restarter.config.targets)})
 
 
 def _error(status: int, message: str) -> web.Response:
@@ -159,8 +224,12 @@ def build_app(
     *,
     clock: Callable[[], float] = time.time,
     confirmer: Confirmer = confirm_stall,
+    config_path: Path | None = None,
 ) -> web.Application:
-    """The restarter's aiohttp application (journal opened now, HTTP session on startup)."""
+    """The restarter's aiohttp application (journal opened now, HTTP session on startup).
+
+    With `config_path`, `POST /-/reload` (authenticated) reloads that file.
+    """
     if config.token is None:
         log.warning(
             "INSECURE: insecure_no_auth is set; anyone who can reach %s can ask for restarts",
@@ -187,6 +256,9 @@ def build_app(
     app.router.add_get("/journal", handle_journal)
     app.router.add_get("/metrics", handle_metrics)
     app.router.add_get("/-/healthy", handle_healthy)
+    if config_path is not None:
+        app[RELOADER_KEY] = ConfigReloader(restarter, config_path, clock)
+        app.router.add_post("/-/reload", handle_reload)
     return app
 
 
@@ -199,9 +271,14 @@ def ssl_context(config: RestarterConfig) -> ssl.SSLContext | None:
     return context
 
 
-async def serve(config: RestarterConfig, *, stop: asyncio.Event | None = None) -> None:
-    """Run the restarter until `stop` is set (or forever)."""
-    app = build_app(config)
+async def serve(
+    config: RestarterConfig,
+    *,
+    stop: asyncio.Event | None = None,
+    config_path: Path | None = None,
+) -> None:
+    """Run the restarter until `stop` is set (or forever); SIGHUP reloads `config_path`."""
+    app = build_app(config, config_path=config_path)
     runner = web.AppRunner(app, access_log=None, keepalive_timeout=IDLE_KEEPALIVE_SECONDS)
     await runner.setup()
     host, port = config.host_port
@@ -216,8 +293,13 @@ async def serve(config: RestarterConfig, *, stop: asyncio.Event | None = None) -
         raise
     scheme = "https" if config.tls_cert_file else "http"
     log.info("restarter listening on %s://%s (journal %s)", scheme, config.listen, config.journal)
+    loop = asyncio.get_running_loop()
+    if config_path is not None:
+        loop.add_signal_handler(signal.SIGHUP, app[RELOADER_KEY].reload)
     try:
         await (stop or asyncio.Event()).wait()
     finally:
+        if config_path is not None:
+            loop.remove_signal_handler(signal.SIGHUP)
         listener.close()
         await runner.cleanup()

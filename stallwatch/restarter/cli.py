@@ -11,10 +11,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import aiohttp
+
+from stallwatch import USER_AGENT
 from stallwatch.common.cli import add_service_arguments, setup_logging
 from stallwatch.common.config import ConfigError
 from stallwatch.common.config_files import load_restarter_config as load_config
 from stallwatch.common.restarter_config import RestarterConfig
+from stallwatch.exporter.fetch import read_metrics
 from stallwatch.restarter.journal import Journal, JournalEntry, JournalError, printable
 
 
@@ -34,6 +38,13 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     parser.add_argument("--config", type=Path, metavar="FILE", help="YAML config file (required)")
     add_service_arguments(
         parser, log_help="log level (default: info); one line is logged per decision"
+    )
+    parser.add_argument(
+        "--config.check-targets",
+        dest="config_check_targets",
+        action="store_true",
+        help="as --config.check, and read each target's /metrics once: exit 1 if any target "
+        "cannot be read or carries no engine metrics (its stalls could never be confirmed)",
     )
     parser.set_defaults(handler=run)
     commands = parser.add_subparsers(dest="restarter_command", metavar="COMMAND")
@@ -62,10 +73,13 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
 
 def _load(path: Path) -> RestarterConfig | None:
     try:
-        return load_config(path)
+        config = load_config(path)
     except ConfigError as error:
         print(f"invalid config: {error}", file=sys.stderr)
         return None
+    for warning in config.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    return config
 
 
 def describe(config: RestarterConfig) -> list[str]:
@@ -95,13 +109,15 @@ def run(args: argparse.Namespace) -> int:
     config = _load(args.config)
     if config is None:
         return 1
-    if args.config_check:
+    if args.config_check or args.config_check_targets:
         print(f"{args.config}: valid, {len(config.targets)} targets")
         for line in describe(config):
             print(f"  {line}")
+        if args.config_check_targets:
+            return 0 if asyncio.run(check_targets(config)) else 1
         return 0
     try:
-        asyncio.run(_serve_until_signal(config))
+        asyncio.run(_serve_until_signal(config, args.config))
     except OSError as error:
         print(f"stallwatch restarter: cannot listen on {config.listen}: {error}", file=sys.stderr)
         return 1
@@ -116,14 +132,42 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _serve_until_signal(config: RestarterConfig) -> None:
+async def check_targets(config: RestarterConfig) -> bool:
+    """Read each target's metrics URL once, as the confirmation will; print what each gave."""
+    print("reading each target's metrics once:")
+    usable = True
+    async with aiohttp.ClientSession(headers={"User-Agent": USER_AGENT}) as session:
+        results = await asyncio.gather(
+            *(
+                read_metrics(session, target.metrics_url, timeout=config.confirm.timeout)
+                for target in config.targets
+            )
+        )
+    for target, result in zip(config.targets, results, strict=True):
+        if result.reading is None:
+            usable = False
+            print(f"  {target.name}: PROBLEM: {target.metrics_url}: {result.detail}")
+        elif not result.reading.has_engines:
+            usable = False
+            print(
+                f"  {target.name}: PROBLEM: {target.metrics_url} answers, but with no engine "
+                "metrics (is it a model server's /metrics?): no stall could ever be confirmed, "
+                "every restart would be skipped"
+            )
+        else:
+            models = ", ".join(result.reading.model_names) or "unnamed model"
+            print(f"  {target.name}: ok, {len(result.reading.engines)} engine(s), {models}")
+    return usable
+
+
+async def _serve_until_signal(config: RestarterConfig, config_path: Path) -> None:
     from stallwatch.restarter.app import serve
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
-    await serve(config, stop=stop)
+    await serve(config, stop=stop, config_path=config_path)
 
 
 def format_table(entries: list[JournalEntry]) -> str:

@@ -74,10 +74,14 @@ class RestarterMetrics:
             registry=self.registry,
         )
         build_info.labels(version=__version__).set(1)
+        self.add_targets(config)
+
+    def add_targets(self, config: RestarterConfig) -> None:
+        """Series for every target of `config`, at zero, so rates work from the first restart."""
         for target in config.targets:
             for result in RESULTS:
                 self.restarts.labels(target=target.name, result=result)
-            self.budget_exhausted.labels(target=target.name).set(0)
+            self.budget_exhausted.labels(target=target.name)
 
     def exposition(self) -> bytes:
         return prometheus_client.generate_latest(self.registry)

@@ -97,6 +97,14 @@ class Restarter:
                 detail,
             )
 
+    def apply(self, config: RestarterConfig) -> None:
+        """Decide with `config` from now on (a reload); decisions under way finish as begun."""
+        self.config = config
+        for target in config.targets:
+            self.locks.setdefault(target.name, asyncio.Lock())
+        self.metrics.add_targets(config)
+        self._lookback = lookback_seconds(config)
+
     @property
     def session(self) -> aiohttp.ClientSession:
         if self._session is None:

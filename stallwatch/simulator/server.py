@@ -293,6 +293,9 @@ class SimServer:
             router.add_get("/health", self.handle_health)
             router.add_get("/ping", self.handle_health)
             router.add_get("/metrics", self.handle_metrics)
+            # vLLM mounts its metrics app at /metrics: every path under it, with any method,
+            # answers metrics (so a base URL ending in /metrics sends test requests there).
+            router.add_route("*", "/metrics/{tail:.*}", self.handle_metrics)
             router.add_get("/version", self.handle_version)
             router.add_get("/load", self.handle_load)
             router.add_post("/sleep", self.handle_sleep)

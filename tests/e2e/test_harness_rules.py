@@ -308,6 +308,7 @@ def test_the_harness_changes_only_the_for_durations_of_the_rules() -> None:
         "StallwatchExporterDown": "2s",
         "StallwatchRestartBudgetExhausted": None,
         "StallwatchRestarterDown": "5m",
+        "StallwatchRestartAlertsUnhandled": "10m",
     }
 
 

@@ -82,7 +82,7 @@ INVALID: dict[str, str] = {
     ),
     "unknown-target-key": (
         "targets[0].cooldwn: unknown key (known keys: action, action_timeout, budget, cooldown, "
-        "metrics_url, name)"
+        "metrics_path, metrics_url, name, url)"
     ),
 }
 
@@ -160,7 +160,7 @@ def test_every_action_kind_parses(tmp_path: Path) -> None:
         {
             "name": "a",
             "metrics_url": "http://h:1/metrics",
-            "action": {"kind": "command", "argv": ["x", "y"]},
+            "action": {"kind": "command", "argv": ["true", "y"]},
         },
         {
             "name": "b",
@@ -184,7 +184,7 @@ def test_every_action_kind_parses(tmp_path: Path) -> None:
     ]
     config = load_config(write_config(tmp_path, minimal(targets=targets)))
     actions = [target.action for target in config.targets]
-    assert actions[0] == CommandAction(argv=("x", "y"))
+    assert actions[0] == CommandAction(argv=("true", "y"))
     assert actions[1] == DockerAction(container="vllm-b", stop_timeout=20.0)
     assert actions[2] == SystemdAction(unit="vllm.service")
     assert actions[3] == HttpAction(
@@ -219,7 +219,8 @@ def test_not_yaml(tmp_path: Path) -> None:
 
 
 def test_example_config_is_valid(tmp_path: Path) -> None:
-    """examples/restarter.yml loads (with its token file present)."""
+    """examples/restarter.yml loads (with its token file and action scripts present)."""
+    shutil.copytree(EXAMPLE.parent / "actions", tmp_path / "actions")
     example = yaml.safe_load(EXAMPLE.read_text())
     example["token_file"] = "token"
     example["targets"] = [

@@ -25,6 +25,7 @@ CONTRACT_ALERTS = {
     "StallwatchExporterDown",
     "StallwatchRestartBudgetExhausted",
     "StallwatchRestarterDown",
+    "StallwatchRestartAlertsUnhandled",
 }
 
 
@@ -70,6 +71,7 @@ def test_rule_test_files_exist() -> None:
         "human_alerts_test.yml",
         "recording_test.yml",
         "restart_alerts_test.yml",
+        "restarter_alerts_test.yml",
     ]
 
 
