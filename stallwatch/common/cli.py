@@ -3,15 +3,23 @@
 from __future__ import annotations
 
 import argparse
+import datetime
+import json
 import logging
+import re
 import sys
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from stallwatch.common.config import parse_duration
 
 # A usage error (unknown flag, bad value) exits with sysexits' EX_USAGE: 1, 2 and 3 are verdicts
 # of `stallwatch check` (stuck, down, cannot judge), so argparse's usual 2 would read as "down".
 EXIT_USAGE = 64
+LOG_FORMATS = ("text", "json", "logfmt")
+# The attributes every LogRecord has; anything else on a record came from `extra=`.
+_RECORD_ATTRIBUTES = frozenset(
+    set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime", "taskName"}
+)
 
 
 class UsageErrorParser(argparse.ArgumentParser):
@@ -34,22 +42,95 @@ def positive_duration(text: str) -> float:
 
 
 def add_service_arguments(parser: argparse.ArgumentParser, *, log_help: str) -> None:
-    """The flags every long-running component shares: --config.check and --log-level."""
+    """The flags every long-running component shares: --config.check, --log-level, --log-format."""
     parser.add_argument(
         "--config.check",
         dest="config_check",
         action="store_true",
         help="validate the config file, print a summary and exit (0 valid, 1 invalid)",
     )
+    add_logging_arguments(parser, log_help=log_help)
+
+
+def add_logging_arguments(
+    parser: argparse.ArgumentParser, *, log_help: str, default_level: str = "info"
+) -> None:
+    """--log-level and --log-format, for any command that logs while it runs."""
     parser.add_argument(
         "--log-level",
-        default="info",
+        default=default_level,
         choices=("debug", "info", "warning", "error"),
         help=log_help,
     )
+    add_log_format_argument(parser)
 
 
-def setup_logging(level: str) -> None:
-    logging.basicConfig(
-        level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+def add_log_format_argument(parser: argparse.ArgumentParser) -> None:
+    """--log-format: text lines (default), one JSON object per line, or logfmt."""
+    parser.add_argument(
+        "--log-format",
+        default="text",
+        choices=LOG_FORMATS,
+        help="log line format (default: text): json writes one object per line with time, "
+        "level, logger, message and the record's fields; logfmt writes key=value pairs",
     )
+
+
+def _timestamp(record: logging.LogRecord) -> str:
+    moment = datetime.datetime.fromtimestamp(record.created, tz=datetime.UTC)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _fields(record: logging.LogRecord, formatter: logging.Formatter) -> dict[str, Any]:
+    """A record as flat fields: time, level, logger, message, the `extra` ones, any exception."""
+    fields: dict[str, Any] = {
+        "time": _timestamp(record),
+        "level": record.levelname.lower(),
+        "logger": record.name,
+        "message": record.getMessage(),
+    }
+    for name, value in vars(record).items():
+        if name not in _RECORD_ATTRIBUTES and name not in fields:
+            fields[name] = value
+    if record.exc_info:
+        fields["exception"] = formatter.formatException(record.exc_info)
+    return fields
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line; a multi-line message or exception stays in its field."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return json.dumps(_fields(record, self), default=str, ensure_ascii=False)
+
+
+_LOGFMT_BARE = re.compile(r"[^\s\"=\\]+")
+
+
+def _logfmt_value(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    if _LOGFMT_BARE.fullmatch(text) and text.isprintable():
+        return text
+    return json.dumps(text, ensure_ascii=False)
+
+
+class LogfmtFormatter(logging.Formatter):
+    """One `key=value` line per record (values with spaces, quotes or newlines quoted)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        fields = _fields(record, self)
+        return " ".join(f"{name}={_logfmt_value(value)}" for name, value in fields.items())
+
+
+def setup_logging(level: str, log_format: str = "text") -> None:
+    """Log to stderr at `level`, as text lines, JSON objects or logfmt lines."""
+    if log_format not in LOG_FORMATS:
+        raise ValueError(f"unknown log format {log_format!r}, expected one of {LOG_FORMATS}")
+    handler = logging.StreamHandler()
+    if log_format == "json":
+        handler.setFormatter(JsonFormatter())
+    elif log_format == "logfmt":
+        handler.setFormatter(LogfmtFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=level.upper(), handlers=[handler])

@@ -26,6 +26,7 @@ from stallwatch.common.config import ConfigError
 from stallwatch.common.config_files import load_restarter_config
 from stallwatch.common.restarter_config import RestarterConfig
 from stallwatch.core.alerts import PayloadError, parse_notification
+from stallwatch.restarter.auth_failures import AuthFailureLog
 from stallwatch.restarter.confirm import confirm_stall
 from stallwatch.restarter.gate import IDLE_KEEPALIVE_SECONDS, ConnectionGate, RequestsSeen
 from stallwatch.restarter.journal import JournalError, printable
@@ -58,6 +59,26 @@ def authorized(config: RestarterConfig, request: web.Request) -> bool:
 
 
 RESTARTER_KEY = web.AppKey("restarter", Restarter)
+AUTH_FAILURES_KEY = web.AppKey("auth_failures", AuthFailureLog)
+CLOCK_KEY: web.AppKey[Callable[[], float]] = web.AppKey("clock")
+
+
+def _unauthorized(request: web.Request) -> web.Response:
+    """The 401 answer, and a log line for it (at most one per client address per interval)."""
+    client = request.remote or "unknown"
+    suppressed = request.app[AUTH_FAILURES_KEY].failure(client, request.app[CLOCK_KEY]())
+    if suppressed is not None:
+        log.warning(
+            "authentication failed: %s %s from %s (missing or wrong bearer token)%s",
+            request.method,
+            printable(request.path),
+            client,
+            f"; {suppressed} more failures from it not logged" if suppressed else "",
+            extra={"client": client, "path": request.path, "suppressed": suppressed},
+        )
+    return _error(401, "missing or wrong bearer token")
+
+
 REQUESTS_SEEN_KEY = web.AppKey("requests_seen", RequestsSeen)
 # Settings a running restarter keeps until its next start: its socket, and its open journal.
 _KEPT_UNTIL_RESTART = ("listen", "tls_cert_file", "tls_key_file", "journal", "max_body_bytes")
@@ -112,7 +133,7 @@ RELOADER_KEY = web.AppKey("reloader", ConfigReloader)
 async def handle_reload(request: web.Request) -> web.StreamResponse:
     reloader = request.app[RELOADER_KEY]
     if not authorized(reloader.restarter.config, request):
-        return _error(401, "missing or wrong bearer token")
+        return _unauthorized(request)
     error = reloader.reload()
     if error is not None:
         return _error(400, f"reload refused, the running config is kept: {error}")
@@ -148,7 +169,7 @@ async def count_webhook_answers(
 async def handle_alerts(request: web.Request) -> web.StreamResponse:
     restarter = request.app[RESTARTER_KEY]
     if not authorized(restarter.config, request):
-        return _error(401, "missing or wrong bearer token")
+        return _unauthorized(request)
     limit = restarter.config.max_body_bytes
     if request.content_length is not None and request.content_length > limit:
         return _error(413, f"body larger than {limit} bytes")
@@ -182,7 +203,7 @@ async def handle_alerts(request: web.Request) -> web.StreamResponse:
 async def handle_journal(request: web.Request) -> web.StreamResponse:
     restarter = request.app[RESTARTER_KEY]
     if not authorized(restarter.config, request):
-        return _error(401, "missing or wrong bearer token")
+        return _unauthorized(request)
     raw = request.query.get("limit", str(DEFAULT_JOURNAL_LIMIT))
     if not _JOURNAL_LIMIT.fullmatch(raw) or not 1 <= int(raw) <= MAX_JOURNAL_LIMIT:
         return _error(400, f"limit: expected an integer from 1 to {MAX_JOURNAL_LIMIT}")
@@ -241,6 +262,8 @@ def build_app(
         middlewares=[seen.middleware, count_webhook_answers, journal_errors_are_503],
     )
     app[REQUESTS_SEEN_KEY] = seen
+    app[AUTH_FAILURES_KEY] = AuthFailureLog()
+    app[CLOCK_KEY] = clock
     restarter = Restarter(config, clock=clock, confirmer=confirmer)
     app[RESTARTER_KEY] = restarter
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime
+import json
 import signal
 import sqlite3
 import sys
@@ -68,6 +69,17 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         metavar="N",
         help="number of rows to show, newest first (default: 20)",
     )
+    journal.add_argument(
+        "--target",
+        metavar="NAME",
+        help="only the rows about this target (its name as in the config and the alerts)",
+    )
+    journal.add_argument(
+        "--json",
+        action="store_true",
+        help="one JSON object per row and line, every column, the detail unescaped "
+        "(a command's whole output, newlines included, is one field)",
+    )
     journal.set_defaults(handler=run_journal)
 
 
@@ -105,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
     if args.config is None:
         print("stallwatch restarter: --config FILE is required", file=sys.stderr)
         return 2
-    setup_logging(args.log_level)
+    setup_logging(args.log_level, args.log_format)
     config = _load(args.config)
     if config is None:
         return 1
@@ -214,14 +226,18 @@ def run_journal(args: argparse.Namespace) -> int:
         print(error, file=sys.stderr)
         return 1
     try:
-        entries = journal.recent(args.limit)
+        entries = journal.recent(args.limit, target=args.target)
     except JournalError as error:
         print(f"{error} (is it damaged, or not a journal?)", file=sys.stderr)
         return 1
     finally:
         journal.close()
+    if args.json:
+        for entry in entries:
+            print(json.dumps(entry.as_json(), ensure_ascii=True))
+        return 0
     if not entries:
-        print("the journal is empty")
+        print("the journal is empty" if args.target is None else f"no rows about {args.target}")
         return 0
     print(format_table(entries))
     return 0

@@ -314,11 +314,13 @@ class Journal:
             ).fetchall()
         return {target: time for target, time in rows}
 
-    def recent(self, limit: int) -> list[JournalEntry]:
-        """The latest `limit` rows, newest first."""
+    def recent(self, limit: int, *, target: str | None = None) -> list[JournalEntry]:
+        """The latest `limit` rows (of `target` only, if given), newest first."""
+        where = "" if target is None else "WHERE target = :target "
         with self._guard("read"):
             rows = self._db.execute(
-                f"SELECT {', '.join(COLUMNS)} FROM journal ORDER BY id DESC LIMIT ?", (limit,)
+                f"SELECT {', '.join(COLUMNS)} FROM journal {where}ORDER BY id DESC LIMIT :limit",
+                {"limit": limit, "target": target},
             ).fetchall()
         return [JournalEntry(*row) for row in rows]
 

@@ -9,6 +9,7 @@ import signal
 import sys
 from typing import Any
 
+from stallwatch.common.cli import add_logging_arguments, setup_logging
 from stallwatch.simulator.engines import ENGINES
 from stallwatch.simulator.load import DEFAULT_USER_AGENT, run_load
 from stallwatch.simulator.proxy import running_proxy
@@ -113,6 +114,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=defaults.sleep_idle_seconds,
         help="llama.cpp: sleep after this many idle seconds (< 0: never; default %(default)s)",
     )
+    add_logging_arguments(parser, log_help="log level (default: warning)", default_level="warning")
     parser.set_defaults(handler=_serve_command)
 
     commands = parser.add_subparsers(dest="sim_command", metavar="SIM_COMMAND")
@@ -219,6 +221,7 @@ async def _serve(config: SimConfig, host: str, port: int) -> int:
 
 
 def _serve_command(args: argparse.Namespace) -> int:
+    setup_logging(args.log_level, args.log_format)
     try:
         config = config_from_args(args)
     except ValueError as error:
