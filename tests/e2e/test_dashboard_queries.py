@@ -74,7 +74,7 @@ class Answer:
 class Scenario:
     target: str
     answers: list[Answer]
-    variable_values: list[str]
+    variable_values: dict[str, list[str]]
     webhook_decisions: list[dict[str, str]]
 
 
@@ -233,21 +233,38 @@ async def run_scenario(stack: AlertingStack, workdir: Path) -> Scenario:
                     f'stallwatch_restarter_skips_total{{target="{name}"}}', TIMEOUT
                 )
                 answers = [await answer(stack, query, started) for query in dashboard_queries(name)]
-                variable_values = await asyncio.to_thread(label_values, stack)
+                variables = await asyncio.to_thread(variable_values, stack)
         finally:
             load.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await load
-    return Scenario(name, answers, variable_values, decisions)
+    return Scenario(name, answers, variables, decisions)
 
 
-def label_values(stack: AlertingStack) -> list[str]:
-    """What Grafana's label_values(stallwatch_target_state, target) asks Prometheus."""
-    parameters = urllib.parse.urlencode({"match[]": "stallwatch_target_state"})
-    url = f"{stack.prometheus_url}/api/v1/label/target/values?{parameters}"
+def label_values(stack: AlertingStack, variable_name: str, engine: str = ".*") -> list[str]:
+    """What Grafana asks Prometheus for the dashboard variable `variable_name`'s
+    label_values(SELECTOR, LABEL), with $engine set to the regex `engine` (All is .*)."""
+    dashboard = json.loads(DASHBOARD.read_text())
+    (variable,) = [v for v in dashboard["templating"]["list"] if v["name"] == variable_name]
+    match = re.fullmatch(r"label_values\((.+),\s*(\w+)\)", variable["definition"])
+    assert match, variable["definition"]
+    selector = match.group(1).replace("$engine", engine)
+    assert "$" not in selector, selector
+    parameters = urllib.parse.urlencode({"match[]": selector})
+    url = f"{stack.prometheus_url}/api/v1/label/{match.group(2)}/values?{parameters}"
     with urllib.request.urlopen(url, timeout=5.0) as response:
         values: list[str] = json.load(response)["data"]
         return values
+
+
+def variable_values(stack: AlertingStack) -> dict[str, list[str]]:
+    """The engine variable's values, and the target variable's under All, vllm and sglang."""
+    return {
+        "engine": label_values(stack, "engine"),
+        "target": label_values(stack, "target"),
+        "target|vllm": label_values(stack, "target", "vllm"),
+        "target|sglang": label_values(stack, "target", "sglang"),
+    }
 
 
 @pytest.fixture(scope="module")
@@ -296,8 +313,24 @@ def test_every_dashboard_query_returns_data(scenario: Scenario) -> None:
 
 
 def test_the_target_variable_lists_the_watched_target(scenario: Scenario) -> None:
-    """label_values(stallwatch_target_state, target) offers the target the exporter watches."""
-    assert scenario.target in scenario.variable_values
+    """The target variable, all engines chosen, offers the target the exporter watches."""
+    assert scenario.target in scenario.variable_values["target"]
+
+
+def test_the_engine_variable_filters_the_targets(scenario: Scenario) -> None:
+    """The engine variable offers vllm (the simulator's engine); choosing vllm keeps the
+    target, choosing sglang leaves it out."""
+    assert "vllm" in scenario.variable_values["engine"]
+    assert "" not in scenario.variable_values["engine"]
+    assert scenario.target in scenario.variable_values["target|vllm"]
+    assert scenario.target not in scenario.variable_values["target|sglang"]
+
+
+def test_the_engine_table_names_the_targets_engine(scenario: Scenario) -> None:
+    """The engine panel's query gives the watched target with engine vllm."""
+    (table,) = answers_for(scenario, "stallwatch_target_info")
+    engines = {series["metric"]["target"]: series["metric"]["engine"] for series in table.result}
+    assert engines[scenario.target] == "vllm"
 
 
 def test_the_state_timeline_shows_busy_then_stalled(scenario: Scenario) -> None:

@@ -19,7 +19,8 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARD = REPO / "grafana" / "dashboards" / "stallwatch.json"
 RECORDING_RULES = REPO / "prometheus" / "recording.yml"
-DATASOURCE = {"type": "prometheus", "uid": "prometheus"}
+PROVISIONED_DATASOURCES = REPO / "grafana" / "provisioning" / "datasources" / "prometheus.yml"
+DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 
 # The shared metric contract: every series the exporter and the restarter publish.
 EXPORTER_METRICS = frozenset(
@@ -163,8 +164,8 @@ def test_panel_ids_are_unique() -> None:
     assert len(ids) == len(set(ids)), ids
 
 
-def test_every_panel_queries_the_provisioned_prometheus() -> None:
-    """Each panel and each of its queries names the provisioned data source (uid prometheus)."""
+def test_every_panel_queries_the_data_source_variable() -> None:
+    """Each panel and each of its queries reads `${datasource}`, never a fixed data source uid."""
     for panel in query_panels(load_dashboard()):
         assert panel.get("datasource") == DATASOURCE, panel["title"]
         targets = panel.get("targets", [])
@@ -174,6 +175,37 @@ def test_every_panel_queries_the_provisioned_prometheus() -> None:
         for target in targets:
             assert target.get("datasource") == DATASOURCE, panel["title"]
             assert target.get("expr", "").strip(), f"{panel['title']} {target['refId']}: no expr"
+
+
+def test_no_data_source_uid_is_hard_coded() -> None:
+    """The text names no data source uid but the variable and the import input, so the
+    dashboard works in a Grafana whose Prometheus has any uid."""
+    text = DASHBOARD.read_text()
+    uids = set(re.findall(r'"uid":\s*"([^"]*)"', text)) - {"stallwatch"}
+    assert uids <= {"${datasource}", "-- Grafana --"}, uids
+
+
+def test_import_asks_for_a_prometheus_data_source() -> None:
+    """`__inputs` declares DS_PROMETHEUS (a Prometheus data source), and the import's choice
+    becomes the data source variable's initial value: its only use."""
+    dashboard = load_dashboard()
+    (prometheus_input,) = dashboard["__inputs"]
+    assert prometheus_input["name"] == "DS_PROMETHEUS"
+    assert prometheus_input["type"] == "datasource"
+    assert prometheus_input["pluginId"] == "prometheus"
+    variables = dashboard["templating"]["list"]
+    (variable,) = [v for v in variables if v["type"] == "datasource"]
+    assert variables[0] is variable  # the others are queried through it
+    assert variable["name"] == "datasource"
+    assert variable["query"] == "prometheus"
+    assert variable["current"]["value"] == "${DS_PROMETHEUS}"
+    assert DASHBOARD.read_text().count("${DS_PROMETHEUS}") == 2  # current's text and value
+
+
+def test_the_provisioned_data_source_is_a_prometheus_the_variable_offers() -> None:
+    """docker-compose provisions exactly one Prometheus data source, so the variable picks it."""
+    document = yaml.safe_load(PROVISIONED_DATASOURCES.read_text())
+    assert [source["type"] for source in document["datasources"]] == ["prometheus"]
 
 
 def test_every_metric_is_in_the_contract_the_rules_or_prometheus() -> None:
@@ -189,7 +221,9 @@ def test_every_metric_is_in_the_contract_the_rules_or_prometheus() -> None:
         used |= names
     for variable in dashboard["templating"]["list"]:
         if variable["type"] == "query":
-            match = re.fullmatch(r"label_values\((\w+),\s*(\w+)\)", variable["definition"])
+            match = re.fullmatch(
+                r"label_values\((\w+)(\{[^}]*\})?,\s*(\w+)\)", variable["definition"]
+            )
             assert match, variable["definition"]
             assert match.group(1) in known
     # The series the dashboard promises are shown, directly or through a recording rule.
@@ -227,23 +261,60 @@ def test_the_dashboard_uses_the_recording_rules_where_they_fit() -> None:
         assert rule in expressions, rule
 
 
+def variable(dashboard: dict[str, Any], name: str) -> dict[str, Any]:
+    (found,) = [v for v in dashboard["templating"]["list"] if v["name"] == name]
+    return found
+
+
 def test_the_target_variable_filters_every_per_target_query() -> None:
-    """`target` comes from label_values(stallwatch_target_state, target); queries use =~."""
+    """`target` lists the targets of the chosen engines; per-target queries use =~, and All
+    expands to the listed targets (no catch-all regex that would ignore the engine)."""
     dashboard = load_dashboard()
-    (variable,) = [v for v in dashboard["templating"]["list"] if v["name"] == "target"]
-    assert variable["type"] == "query"
-    assert variable["definition"] == "label_values(stallwatch_target_state, target)"
-    assert variable["query"]["query"] == variable["definition"]
-    assert variable["datasource"] == DATASOURCE
-    assert variable["includeAll"] is True
-    assert variable["multi"] is True
-    assert variable["allValue"] == ".*"
+    target = variable(dashboard, "target")
+    assert target["type"] == "query"
+    assert target["definition"] == 'label_values(stallwatch_target_info{engine=~"$engine"}, target)'
+    assert target["query"]["query"] == target["definition"]
+    assert target["datasource"] == DATASOURCE
+    assert target["includeAll"] is True
+    assert target["multi"] is True
+    assert not target.get("allValue")
     for expr in dashboard_expressions(dashboard):
         if "$target" in expr:
             assert 'target=~"$target"' in expr, expr
             assert 'target="$target"' not in expr, expr
         elif "ALERTS" not in expr and "up{" not in expr:
             assert "stallwatch_config" in expr, f"{expr!r} ignores the target selection"
+
+
+def test_the_engine_variable_lists_the_engines_read() -> None:
+    """`engine` offers the engines of stallwatch_target_info (not the empty one), many at once;
+    it comes before `target`, which it filters."""
+    dashboard = load_dashboard()
+    engine = variable(dashboard, "engine")
+    assert engine["type"] == "query"
+    assert engine["definition"] == 'label_values(stallwatch_target_info{engine!=""}, engine)'
+    assert engine["query"]["query"] == engine["definition"]
+    assert engine["datasource"] == DATASOURCE
+    assert engine["multi"] is True
+    assert engine["includeAll"] is True
+    # All keeps the targets whose engine is still empty (not read yet).
+    assert engine["allValue"] == ".*"
+    names = [v["name"] for v in dashboard["templating"]["list"]]
+    assert names.index("engine") < names.index("target")
+
+
+def test_a_panel_shows_each_targets_engine() -> None:
+    """One table lists target, engine, kind and URL from stallwatch_target_info."""
+    (table,) = [
+        panel
+        for panel in query_panels(load_dashboard())
+        if any("stallwatch_target_info" in target["expr"] for target in panel["targets"])
+    ]
+    assert table["type"] == "table"
+    (query,) = table["targets"]
+    assert "engine" in query["expr"]
+    assert 'target=~"$target"' in query["expr"]
+    assert query["format"] == "table"
 
 
 def test_the_state_timeline_maps_every_state_code_of_the_recording_rule() -> None:
