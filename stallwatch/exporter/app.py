@@ -28,6 +28,7 @@ from stallwatch.common.config_files import load_exporter_config
 from stallwatch.common.exporter_config import ExporterConfig
 from stallwatch.exporter.collector import ExporterCollector
 from stallwatch.exporter.service import ExporterService
+from stallwatch.exporter.web_config import WebConfig, protect, server_ssl_context
 
 log = logging.getLogger("stallwatch.exporter")
 
@@ -127,21 +128,30 @@ def build_app(service: ExporterService, config_path: Path) -> web.Application:
 
 @contextlib.asynccontextmanager
 async def running_exporter(
-    config: ExporterConfig, config_path: Path, *, host: str | None = None, port: int | None = None
+    config: ExporterConfig,
+    config_path: Path,
+    *,
+    host: str | None = None,
+    port: int | None = None,
+    web_config: WebConfig | None = None,
 ) -> AsyncIterator[tuple[ExporterService, str]]:
-    """Run the exporter in this event loop; yields the service and its base URL."""
+    """Run the exporter in this event loop; yields the service and its base URL.
+
+    `web_config` (from --web.config.file) adds TLS and basic auth to every endpoint."""
     connector = aiohttp.TCPConnector(limit=0, limit_per_host=4)
     async with aiohttp.ClientSession(
         connector=connector, headers={"User-Agent": USER_AGENT}
     ) as session:
         service = ExporterService(config, session)
         app = build_app(service, config_path)
+        protect(app, web_config)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         site = web.TCPSite(
             runner,
             host if host is not None else config.listen_host,
             port if port is not None else config.listen_port,
+            ssl_context=server_ssl_context(web_config),
         )
         try:
             await site.start()
@@ -154,17 +164,20 @@ async def running_exporter(
         bound_host, bound_port = sockets[0].getsockname()[:2]
         service.start()
         try:
-            yield service, f"http://{bound_host}:{bound_port}"
+            scheme = "https" if web_config is not None and web_config.tls else "http"
+            yield service, f"{scheme}://{bound_host}:{bound_port}"
         finally:
             await service.stop()
             await runner.cleanup()
 
 
-async def serve(config: ExporterConfig, config_path: Path) -> None:
+async def serve(
+    config: ExporterConfig, config_path: Path, web_config: WebConfig | None = None
+) -> None:
     """Run until SIGTERM or SIGINT; SIGHUP reloads the config file."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
-    async with running_exporter(config, config_path) as (service, url):
+    async with running_exporter(config, config_path, web_config=web_config) as (service, url):
         log.info("listening on %s with %d targets", url, len(config.targets))
         print(f"listening on {url}", flush=True)
         pending: set[asyncio.Task[str | None]] = set()

@@ -12,6 +12,8 @@ from stallwatch.common.cli import add_service_arguments, setup_logging
 from stallwatch.common.config import ConfigError, parse_listen
 from stallwatch.common.config_files import load_exporter_config
 from stallwatch.exporter.app import ListenError, serve
+from stallwatch.exporter.web_config import describe as describe_web_config
+from stallwatch.exporter.web_config import load_web_config
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
@@ -31,6 +33,15 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         "--listen",
         default=None,
         help="override the config's listen address (host:port)",
+    )
+    parser.add_argument(
+        "--web.config.file",
+        dest="web_config_file",
+        type=Path,
+        metavar="FILE",
+        help="TLS and basic auth for the exporter's own endpoint, in the Prometheus "
+        "exporter-toolkit format (tls_server_config, basic_auth_users with bcrypt hashes); "
+        "read at start",
     )
     add_service_arguments(parser, log_help="log level (default: info)")
     parser.set_defaults(handler=run)
@@ -52,18 +63,23 @@ def run(args: argparse.Namespace) -> int:
                 max_payload_bytes=config.max_payload_bytes,
                 source=config.source,
             )
+        web_config = None
+        if args.web_config_file is not None:
+            web_config = load_web_config(args.web_config_file)
     except ConfigError as error:
         print(f"invalid config: {error}", file=sys.stderr)
         return 1
     if args.config_check:
         print(f"{args.config}: valid, {len(config.targets)} targets")
+        if web_config is not None:
+            print(f"{args.web_config_file}: valid, {describe_web_config(web_config)}")
         for target in config.targets:
             print(
                 f"  {target.name}: {target.kind} {target.url} every {target.interval_seconds:g} s"
             )
         return 0
     try:
-        asyncio.run(serve(config, args.config))
+        asyncio.run(serve(config, args.config, web_config))
     except ListenError as error:
         print(f"stallwatch exporter: {error}", file=sys.stderr)
         return 1
