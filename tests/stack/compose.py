@@ -120,25 +120,25 @@ class ComposeProject:
         return names
 
     def leftovers(self) -> dict[str, list[str]]:
-        """This project's containers, networks and volumes still in podman."""
+        """This project's containers, networks and volumes still in podman (by label or name)."""
         label = f"label=com.docker.compose.project={PROJECT}"
+
+        def names(*args: str) -> set[str]:
+            return set(self.podman.run(*args, "--format", "{{.Name}}").split())
+
+        containers = set(
+            self.podman.run("ps", "-a", "--filter", label, "--format", "{{.Names}}").split()
+        )
+        containers |= set(self.podman.run("ps", "-a", "--format", "{{.Names}}").split()) & {
+            "stallwatch-simulator"
+        }
+        networks = {name for name in names("network", "ls") if name.startswith(PROJECT)}
+        volumes = names("volume", "ls", "--filter", label)
+        volumes |= {name for name in names("volume", "ls") if name.startswith(PROJECT)}
         return {
-            "containers": self.podman.run(
-                "ps", "-a", "--filter", label, "--format", "{{.Names}}"
-            ).split(),
-            "networks": [
-                name
-                for name in self.podman.run("network", "ls", "--format", "{{.Name}}").split()
-                if name.startswith(PROJECT)
-            ],
-            "volumes": self.podman.run(
-                "volume", "ls", "--filter", label, "--format", "{{.Name}}"
-            ).split()
-            + [
-                name
-                for name in self.podman.run("volume", "ls", "--format", "{{.Name}}").split()
-                if name.startswith(PROJECT)
-            ],
+            "containers": sorted(containers),
+            "networks": sorted(networks),
+            "volumes": sorted(volumes),
         }
 
     def health(self, container: str) -> str:
