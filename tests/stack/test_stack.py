@@ -26,6 +26,7 @@ RESTARTER = "http://127.0.0.1:9733"
 PROMETHEUS = "http://127.0.0.1:9090"
 SIMULATOR_CONTAINER = "stallwatch-simulator"  # container_name in docker-compose.yml
 POLL_INTERVAL = 15.0  # deploy/exporter-sim.yml
+LOAD_OFFSET = 5.0  # a request of 1,900 tokens takes about 19 s on the default simulator
 HTTP = aiohttp.ClientTimeout(total=10)
 T = TypeVar("T")
 
@@ -95,16 +96,28 @@ async def journal(session: aiohttp.ClientSession, token: str) -> list[dict[str, 
 
 
 @contextlib.asynccontextmanager
-async def loaded(session: aiohttp.ClientSession) -> AsyncIterator[asyncio.Task[LoadSummary]]:
-    """Two long completions kept in flight (again after a restart), cancelled at the end."""
-    load = asyncio.create_task(
-        run_load(SIMULATOR, concurrency=2, prompt_tokens=10, max_tokens=1_900, duration=900)
-    )
+async def loaded(session: aiohttp.ClientSession) -> AsyncIterator[list[asyncio.Task[LoadSummary]]]:
+    """Two long completions kept in flight (again after a restart), cancelled at the end.
+
+    Two loads of one request each, started apart, so their requests never end together:
+    a hang that lands between two requests would leave no work and read `unresponsive`.
+    """
+    loads: list[asyncio.Task[LoadSummary]] = []
     try:
-        yield load
+        for _ in range(2):
+            loads.append(
+                asyncio.create_task(
+                    run_load(
+                        SIMULATOR, concurrency=1, prompt_tokens=10, max_tokens=1_900, duration=900
+                    )
+                )
+            )
+            await asyncio.sleep(LOAD_OFFSET)
+        yield loads
     finally:
-        load.cancel()
-        await asyncio.gather(load, return_exceptions=True)
+        for load in loads:
+            load.cancel()
+        await asyncio.gather(*loads, return_exceptions=True)
 
 
 async def busy_for_two_polls(session: aiohttp.ClientSession) -> tuple[str, float, float, float]:
