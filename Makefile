@@ -53,6 +53,11 @@ test-fast: $(STAMP) system-deps
 test-real: $(STAMP) system-deps
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/real
 
+# Only the stack tier: docker-compose.yml on podman (as root; it skips and says why otherwise).
+.PHONY: test-stack
+test-stack: $(STAMP)
+	$(BIN)/python -m pytest -q -p no:cacheprovider -rs tests/stack
+
 # A separate environment with a real vLLM (CPU build) and a tiny random-weight model.
 real-vllm:
 	$(PYTHON) scripts/real_vllm.py setup
