@@ -6,8 +6,11 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-SYSTEM_BINARIES := prometheus promtool prometheus-alertmanager amtool docker-compose
-DEBIAN_PACKAGES := prometheus prometheus-alertmanager docker-compose
+SYSTEM_BINARIES := prometheus promtool prometheus-alertmanager amtool docker-compose kubectl
+# kubernetes-client (kubectl, for `kubectl kustomize`) only where no kubectl is installed: it
+# cannot be installed beside another package that ships /usr/bin/kubectl.
+DEBIAN_PACKAGES := prometheus prometheus-alertmanager docker-compose \
+	$(if $(shell command -v kubectl),,kubernetes-client)
 
 .PHONY: all test test-unit test-fast test-real demo lint bench replay real-vllm system-deps venv clean
 
