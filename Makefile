@@ -48,9 +48,9 @@ test: $(STAMP) system-deps
 test-unit: $(STAMP) system-deps
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit
 
-# Everything but the real-vLLM tier (no vLLM install needed).
+# Everything but the real-server tiers and the container stack (no vLLM, llama.cpp or podman needed).
 test-fast: $(STAMP) system-deps
-	$(BIN)/python -m pytest -q -p no:cacheprovider tests --ignore=tests/real --ignore=tests/real_llamacpp
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests --ignore=tests/real --ignore=tests/real_llamacpp --ignore=tests/stack
 
 # Only the real-vLLM tier.
 test-real: $(STAMP) system-deps
