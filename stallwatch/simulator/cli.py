@@ -9,10 +9,11 @@ import signal
 import sys
 from typing import Any
 
+from stallwatch.simulator.config import SimConfig
 from stallwatch.simulator.engines import ENGINES
 from stallwatch.simulator.load import DEFAULT_USER_AGENT, run_load
 from stallwatch.simulator.proxy import running_proxy
-from stallwatch.simulator.server import SimConfig, SimServer
+from stallwatch.simulator.server import SimServer
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
