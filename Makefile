@@ -6,8 +6,11 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-SYSTEM_BINARIES := prometheus promtool prometheus-alertmanager amtool docker-compose
-DEBIAN_PACKAGES := prometheus prometheus-alertmanager docker-compose
+SYSTEM_BINARIES := prometheus promtool prometheus-alertmanager amtool docker-compose kubectl
+# kubernetes-client (kubectl, for `kubectl kustomize`) only where no kubectl is installed: it
+# cannot be installed beside another package that ships /usr/bin/kubectl.
+DEBIAN_PACKAGES := prometheus prometheus-alertmanager docker-compose \
+	$(if $(shell command -v kubectl),,kubernetes-client)
 
 .PHONY: all test test-unit test-fast test-real demo lint bench replay real-vllm system-deps venv clean
 
@@ -45,13 +48,18 @@ test: $(STAMP) system-deps
 test-unit: $(STAMP) system-deps
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit
 
-# Everything but the real-vLLM tier (no vLLM install needed).
+# Everything but the real-server tiers and the container stack (no vLLM, llama.cpp or podman needed).
 test-fast: $(STAMP) system-deps
-	$(BIN)/python -m pytest -q -p no:cacheprovider tests --ignore=tests/real --ignore=tests/real_llamacpp
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests --ignore=tests/real --ignore=tests/real_llamacpp --ignore=tests/stack
 
 # Only the real-vLLM tier.
 test-real: $(STAMP) system-deps
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/real
+
+# Only the stack tier: docker-compose.yml on podman (as root; it skips and says why otherwise).
+.PHONY: test-stack
+test-stack: $(STAMP)
+	$(BIN)/python -m pytest -q -p no:cacheprovider -rs tests/stack
 
 # A separate environment with a real vLLM (CPU build) and a tiny random-weight model.
 real-vllm:

@@ -10,10 +10,11 @@ import sys
 from typing import Any
 
 from stallwatch.common.cli import add_logging_arguments, setup_logging
+from stallwatch.simulator.config import SimConfig
 from stallwatch.simulator.engines import ENGINES
 from stallwatch.simulator.load import DEFAULT_USER_AGENT, run_load
 from stallwatch.simulator.proxy import running_proxy
-from stallwatch.simulator.server import SimConfig, SimServer
+from stallwatch.simulator.server import SimServer
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -30,7 +30,6 @@ from aiohttp import web
 
 from stallwatch.simulator.api import (
     ENGINE_DEAD_MESSAGE,
-    VLLM_VERSION,
     WORDS,
     RequestFailed,
     ResponseMeta,
@@ -40,59 +39,19 @@ from stallwatch.simulator.api import (
     respond_stream,
     respond_whole,
 )
-from stallwatch.simulator.engine import Engine, EngineConfig, SimRequest, TokenEvent
-from stallwatch.simulator.engines import ENGINES, Flavour, make_flavour
+from stallwatch.simulator.config import SimConfig
+from stallwatch.simulator.engine import Engine, SimRequest, TokenEvent
+from stallwatch.simulator.engines import Flavour, make_flavour
 from stallwatch.simulator.faults import inject, parse_fault, parse_fault_body
 from stallwatch.simulator.metrics import (
-    CONTENT_TYPE,
     EngineView,
     RenderOptions,
     load_families,
     render_payload,
 )
+from stallwatch.simulator.vllm_routes import VllmRoutes
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class SimConfig:
-    """How the simulated server is configured (mirrors `vllm serve` flags where they exist)."""
-
-    model: str = "tiny"
-    max_num_seqs: int = 8
-    max_num_batched_tokens: int = 2048
-    tokens_per_second: float = 200.0
-    prefill_tokens_per_second: float = 100_000.0
-    max_model_len: int = 2048
-    kv_cache_tokens: int = 1_048_576
-    api_server_count: int = 1
-    data_parallel_size: int = 1
-    metrics_enabled: bool = True
-    seed: int = 0
-    tick_seconds: float = 0.005
-    eos_probability: float = 0.0
-    # Which server to look like: "vllm" (the default) or another of `simulator.engines.ENGINES`.
-    engine: str = "vllm"
-    # Where the engine's per-step counter starts (e.g. llama.cpp `n_decode_total`), to reproduce
-    # a long-running server whose counters are printed at reduced precision.
-    initial_decodes: int = 0
-    # llama.cpp `--sleep-idle-seconds` (< 0: never sleeps).
-    sleep_idle_seconds: float = -1.0
-
-    def __post_init__(self) -> None:
-        if self.engine not in ENGINES:
-            raise ValueError(f"unknown engine {self.engine!r}; known: {', '.join(ENGINES)}")
-
-    def engine_config(self) -> EngineConfig:
-        return EngineConfig(
-            max_num_seqs=self.max_num_seqs,
-            max_num_batched_tokens=self.max_num_batched_tokens,
-            tokens_per_second=self.tokens_per_second,
-            prefill_tokens_per_second=self.prefill_tokens_per_second,
-            kv_cache_tokens=self.kv_cache_tokens,
-            eos_probability=self.eos_probability,
-            max_model_len=self.max_model_len,
-        )
 
 
 @dataclass
@@ -290,17 +249,7 @@ class SimServer:
     def _add_routes(self) -> None:
         router = self.app.router
         if self.flavour is None:
-            router.add_get("/health", self.handle_health)
-            router.add_get("/ping", self.handle_health)
-            router.add_get("/metrics", self.handle_metrics)
-            # vLLM mounts its metrics app at /metrics: every path under it, with any method,
-            # answers metrics (so a base URL ending in /metrics sends test requests there).
-            router.add_route("*", "/metrics/{tail:.*}", self.handle_metrics)
-            router.add_get("/version", self.handle_version)
-            router.add_get("/load", self.handle_load)
-            router.add_post("/sleep", self.handle_sleep)
-            router.add_post("/wake_up", self.handle_wake_up)
-            router.add_get("/is_sleeping", self.handle_is_sleeping)
+            VllmRoutes(self).add_routes(router)
         else:
             self.flavour.add_routes(router)
         router.add_get("/v1/models", self.handle_models)
@@ -326,15 +275,8 @@ class SimServer:
         """Dead, or restarting with its port closed."""
         return self._unavailable()
 
-    async def handle_health(self, request: web.Request) -> web.Response:
-        if self._unavailable():
-            return web.Response(status=503)
-        return web.Response(status=200)
-
-    async def handle_metrics(self, request: web.Request) -> web.Response:
-        response = web.Response(body=self.render_metrics().encode("utf-8"))
-        response.headers["Content-Type"] = CONTENT_TYPE
-        return response
+    def in_flight_count(self) -> int:
+        return len(self._in_flight)
 
     def render_metrics(self) -> str:
         """The `/metrics` body, as the server would answer it now."""
@@ -353,33 +295,6 @@ class SimServer:
     async def handle_models(self, request: web.Request) -> web.Response:
         body = model_list(self.config.model, self.config.max_model_len, int(self.clock()))
         return web.json_response(body)
-
-    async def handle_version(self, request: web.Request) -> web.Response:
-        return web.json_response({"version": VLLM_VERSION})
-
-    async def handle_load(self, request: web.Request) -> web.Response:
-        return web.json_response({"server_load": len(self._in_flight)})
-
-    async def handle_sleep(self, request: web.Request) -> web.Response:
-        try:
-            level = int(request.query.get("level", "1"))
-        except ValueError:
-            return error_response("level must be 1 or 2", "BadRequestError", 400, "level")
-        if level not in (1, 2):
-            return error_response("level must be 1 or 2", "BadRequestError", 400, "level")
-        for engine in self.engines:
-            engine.sleep_level = level
-        return web.Response(status=200)
-
-    async def handle_wake_up(self, request: web.Request) -> web.Response:
-        now = self.clock()
-        for engine in self.engines:
-            engine.sleep_level = 0
-            engine.next_step_at = max(engine.next_step_at, now)
-        return web.Response(status=200)
-
-    async def handle_is_sleeping(self, request: web.Request) -> web.Response:
-        return web.json_response({"is_sleeping": any(e.sleep_level for e in self.engines)})
 
     async def handle_fault(self, request: web.Request) -> web.Response:
         try:
@@ -422,9 +337,9 @@ class SimServer:
     async def handle_chat_completions(self, request: web.Request) -> web.StreamResponse:
         return await self._serve_generation(request, chat=True)
 
-    async def _serve_generation(self, request: web.Request, chat: bool) -> web.StreamResponse:
+    async def _serve_generation(self, http_request: web.Request, chat: bool) -> web.StreamResponse:
         try:
-            body = await request.json()
+            body = await http_request.json()
         except (json.JSONDecodeError, UnicodeDecodeError) as error:
             return error_response(f"Invalid JSON body: {error}", "BadRequestError", 400)
         if not isinstance(body, dict):
@@ -447,37 +362,29 @@ class SimServer:
                 503,
             )
         self.requests_total += 1
-        self.completions_by_user_agent[request.headers.get("User-Agent", "")] += 1
+        self.completions_by_user_agent[http_request.headers.get("User-Agent", "")] += 1
 
         prefix = "chatcmpl" if chat else "cmpl"
-        request_id = f"{prefix}-{uuid.uuid4().hex}"
-        engine_index = next(self._rr) % len(self.engines)
-        in_flight = _InFlight(engine_index)
-        self._in_flight[request_id] = in_flight
-        now = self.clock()
-        self.engines[engine_index].submit(
-            SimRequest(
-                request_id,
-                generation.prompt_tokens,
-                generation.max_tokens,
-                generation.ignore_eos,
-                now,
-            ),
-            now,
+        request = SimRequest(
+            f"{prefix}-{uuid.uuid4().hex}",
+            generation.prompt_tokens,
+            generation.max_tokens,
+            generation.ignore_eos,
+            self.clock(),
         )
-        meta = ResponseMeta(request_id, int(now), self.config.model, chat, generation.prompt_tokens)
-        events = self._events(in_flight)
-        try:
+        meta = ResponseMeta(
+            request.request_id,
+            int(request.arrival),
+            self.config.model,
+            chat,
+            generation.prompt_tokens,
+        )
+        async with self._submitted(request) as events:
             if generation.stream:
                 return await respond_stream(
-                    request, meta, events, self._words, generation.include_usage
+                    http_request, meta, events, self._words, generation.include_usage
                 )
             return await respond_whole(meta, events, self._words)
-        finally:
-            # Still in flight: the client went away (the handler was cancelled or a write
-            # failed). The engine core drops the request on its next tick.
-            if self._in_flight.pop(request_id, None) is not None:
-                self._pending_aborts.append((engine_index, request_id))
 
     async def generate(
         self, prompt_tokens: int, max_tokens: int, ignore_eos: bool, user_agent: str | None
@@ -488,22 +395,29 @@ class SimServer:
         if user_agent is not None:
             self.requests_total += 1
             self.completions_by_user_agent[user_agent] += 1
-        request_id = f"gen-{uuid.uuid4().hex}"
-        engine_index = next(self._rr) % len(self.engines)
-        in_flight = _InFlight(engine_index)
-        self._in_flight[request_id] = in_flight
-        now = self.clock()
-        self.engines[engine_index].submit(
-            SimRequest(request_id, prompt_tokens, max_tokens, ignore_eos, now), now
+        request = SimRequest(
+            f"gen-{uuid.uuid4().hex}", prompt_tokens, max_tokens, ignore_eos, self.clock()
         )
         generated = 0
-        try:
-            async for event in self._events(in_flight):
+        async with self._submitted(request) as events:
+            async for event in events:
                 generated += event.new_tokens
-        finally:
-            if self._in_flight.pop(request_id, None) is not None:
-                self._pending_aborts.append((engine_index, request_id))
         return generated
+
+    @contextlib.asynccontextmanager
+    async def _submitted(self, request: SimRequest) -> AsyncIterator[AsyncIterator[TokenEvent]]:
+        """Submit `request` to the next engine (round robin) and yield its events; a request
+        still in flight at the end was given up by its client: the engine core drops it on its
+        next tick."""
+        engine_index = next(self._rr) % len(self.engines)
+        in_flight = _InFlight(engine_index)
+        self._in_flight[request.request_id] = in_flight
+        self.engines[engine_index].submit(request, request.arrival)
+        try:
+            yield self._events(in_flight)
+        finally:
+            if self._in_flight.pop(request.request_id, None) is not None:
+                self._pending_aborts.append((engine_index, request.request_id))
 
     def _words(self, count: int) -> str:
         return "".join(" " + self._rng.choice(WORDS) for _ in range(count))

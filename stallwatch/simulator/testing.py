@@ -29,8 +29,9 @@ from typing import Any
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
+from stallwatch.simulator.config import SimConfig
 from stallwatch.simulator.engine import Engine
-from stallwatch.simulator.server import SimConfig, SimServer
+from stallwatch.simulator.server import SimServer
 
 LISTENING_PREFIX = "listening on "
 

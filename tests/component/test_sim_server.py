@@ -7,8 +7,8 @@ import json
 
 import aiohttp
 
+from stallwatch.simulator.config import SimConfig
 from stallwatch.simulator.metrics import CONTENT_TYPE
-from stallwatch.simulator.server import SimConfig
 from stallwatch.simulator.testing import (
     engine_sample,
     parse_samples,

@@ -303,6 +303,7 @@ def test_the_harness_changes_only_the_for_durations_of_the_rules() -> None:
     assert durations == {
         "LLMServerStuck": None,
         "LLMServerUnresponsive": None,
+        "LLMServerHung": None,
         "LLMServerDown": "3s",
         "LLMServerRestartLoop": None,
         "StallwatchExporterDown": "2s",

@@ -24,8 +24,8 @@ import aiohttp
 import pytest
 
 from stallwatch.core.classify import State
+from stallwatch.simulator.config import SimConfig
 from stallwatch.simulator.load import LoadSummary, run_load
-from stallwatch.simulator.server import SimConfig
 from stallwatch.simulator.testing import SimHandle, running_simulator
 from tests.component.exporter_support import history, wait_for_state, wait_until
 

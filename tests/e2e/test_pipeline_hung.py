@@ -1,10 +1,10 @@
-"""A hung API server through the whole chain: simulator (api_hang) -> exporter -> Prometheus ->
-Alertmanager -> the real restarter -> one restart of the simulator process.
+"""A hung server through the whole chain: simulator -> exporter -> Prometheus -> Alertmanager ->
+the real restarter -> one restart of the simulator process.
 
-The simulator keeps accepting connections and never answers (its `api_hang` fault, as a stopped
-`llama-server` or a vLLM API server with a blocked event loop does): alive to any supervisor,
-hung to stallwatch. The stack, the restarter and its restart script are those of
-`test_pipeline_restarter.py`.
+The simulator keeps accepting connections and never answers: a vLLM API server with a blocked
+event loop (its `api_hang` fault), or a `llama-server` stopped with SIGSTOP (the simulator's
+llama.cpp mode with its `freeze` fault). Alive to any supervisor, hung to stallwatch. The stack,
+the restarter and its restart script are those of `test_pipeline_restarter.py`.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from .pipeline_support import (
 )
 from .test_pipeline_restarter import (
     HTTP,
+    SIM_ARGS,
     RestarterStack,
     restarter_for,
     restarter_stack,
@@ -42,13 +43,25 @@ pytestmark = pytest.mark.e2e
 __all__ = ["restarter_stack"]  # the module-scoped stack fixture, used by name
 
 
-async def test_a_hung_api_server_is_restarted_once_through_the_whole_chain(
-    restarter_stack: RestarterStack, tmp_path: Path
+@pytest.mark.parametrize(
+    ("engine", "sim_args", "fault"),
+    [
+        ("vllm", SIM_ARGS, "api_hang"),
+        ("llamacpp", ("--engine", "llamacpp", *SIM_ARGS), "freeze"),
+    ],
+)
+async def test_a_hung_server_is_restarted_once_through_the_whole_chain(
+    restarter_stack: RestarterStack,
+    tmp_path: Path,
+    engine: str,
+    sim_args: tuple[str, ...],
+    fault: str,
 ) -> None:
-    """api_hang: hung in two polls, LLMServerHung fires, the real restarter confirms it with two
-    unanswered reads and restarts the simulator once; the alert resolves."""
-    stack, name = restarter_stack, unique("gpu-api-hang")
-    with simulator(tmp_path) as sim:
+    """A server that connects and never answers (vLLM's blocked API server, a stopped
+    llama-server): hung in two polls, LLMServerHung fires, the real restarter confirms it with
+    two unanswered reads and restarts the server once; the alert resolves."""
+    stack, name = restarter_stack, unique(f"{engine}-hung")
+    with simulator(tmp_path, sim_args) as sim:
         first_pid = sim.pid
         async with (
             aiohttp.ClientSession(timeout=HTTP) as session,
@@ -60,7 +73,7 @@ async def test_a_hung_api_server_is_restarted_once_through_the_whole_chain(
             await stack.wait_for_query('up{job="stallwatch-restarter"} == 1', TIMEOUT)
 
             hung_at = time.time()
-            await sim.fault(session, "api_hang")
+            await sim.fault(session, fault)
             await wait_for_state(service, name, State.HUNG, polls=2, timeout=TIMEOUT)
 
             async def restarted() -> list[dict[str, Any]] | None:

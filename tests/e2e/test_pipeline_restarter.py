@@ -133,6 +133,7 @@ class Simulator:
 
     first: SimProcess
     pidfile: Path
+    args: tuple[str, ...] = SIM_ARGS
 
     @property
     def url(self) -> str:
@@ -159,13 +160,13 @@ class Simulator:
 
 
 @contextlib.contextmanager
-def simulator(tmp_path: Path) -> Iterator[Simulator]:
+def simulator(tmp_path: Path, args: tuple[str, ...] = SIM_ARGS) -> Iterator[Simulator]:
     """A simulator process; every process that held its port is killed at the end."""
-    first = start_simulator_process(SIM_ARGS)
+    first = start_simulator_process(args)
     pidfile = tmp_path / "simulator.pid"
     pidfile.write_text(str(first.process.pid))
     try:
-        yield Simulator(first, pidfile)
+        yield Simulator(first, pidfile, args)
     finally:
         first.stop()
         current = int(pidfile.read_text())
@@ -194,7 +195,7 @@ async def restarter_for(
         "targets": [
             {
                 "name": name,
-                "metrics_url": sim.url + "/metrics",
+                "url": sim.url,
                 "action": {
                     "kind": "command",
                     "argv": [
@@ -203,7 +204,7 @@ async def restarter_for(
                         str(sim.pidfile),
                         str(sim.port),
                         str(tmp_path / "simulator-restarted.log"),
-                        *SIM_ARGS,
+                        *sim.args,
                     ],
                 },
                 "cooldown": "1m",

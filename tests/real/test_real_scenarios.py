@@ -13,7 +13,7 @@ import pytest
 
 from stallwatch.core.classify import State
 from stallwatch.exporter.check_cli import EXIT_OK, EXIT_STUCK, run_check
-from stallwatch.simulator.server import SimConfig
+from stallwatch.simulator.config import SimConfig
 from stallwatch.simulator.testing import running_simulator
 from tests.component.exporter_support import exporter_for, history, scrape, wait_for_state
 from tests.real.scenario_support import (

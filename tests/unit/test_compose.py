@@ -210,6 +210,15 @@ def test_every_service_has_a_healthcheck_on_its_cheap_endpoint(normalised: dict[
         assert expected in text, f"{name}: {text!r} does not check {expected}"
 
 
+def test_healthcheck_arguments_hold_no_whitespace(normalised: dict[str, Any]) -> None:
+    """A CMD healthcheck's arguments have no spaces: podman's Docker API splits them at spaces."""
+    for name, service in services(normalised["vllm"]).items():
+        test = service["healthcheck"]["test"]
+        if test[0] == "CMD":
+            spaced = [argument for argument in test[1:] if re.search(r"\s", argument)]
+            assert not spaced, f"{name}'s healthcheck would be split by podman: {spaced}"
+
+
 def test_no_healthcheck_sends_a_completion(normalised: dict[str, Any]) -> None:
     """A healthcheck must not load what it guards: no completion endpoint anywhere, vllm first."""
     vllm = healthcheck_text(services(normalised["vllm"])["vllm"])
@@ -473,9 +482,12 @@ def dockerfile_instructions() -> list[tuple[str, str]]:
 def test_the_image_is_slim_non_root_and_runs_stallwatch(normalised: dict[str, Any]) -> None:
     """python:3.11-slim, a non-root USER, entrypoint `stallwatch`, labels, no HEALTHCHECK."""
     instructions = dockerfile_instructions()
+    # The base is a build argument (the stack tier builds on a local Debian base); users get
+    # python:3.11-slim unless they pass --build-arg BASE_IMAGE=...
+    assert instructions[0] == ("ARG", "BASE_IMAGE=python:3.11-slim")
     bases = [rest.split()[0] for keyword, rest in instructions if keyword == "FROM"]
     assert bases
-    assert all(base == "python:3.11-slim" for base in bases)
+    assert all(base == "${BASE_IMAGE}" for base in bases)
     users = [rest for keyword, rest in instructions if keyword == "USER"]
     assert users
     assert users[-1].split(":")[0] not in ("root", "0")

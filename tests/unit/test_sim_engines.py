@@ -6,10 +6,11 @@ import re
 
 import pytest
 
+from stallwatch.simulator.config import SimConfig
 from stallwatch.simulator.engine import SimRequest
 from stallwatch.simulator.engines.llamacpp import LlamaCppFlavour, cpp_stream_number
 from stallwatch.simulator.engines.sglang import DECODE_LOG_INTERVAL, SglangFlavour
-from stallwatch.simulator.server import SimConfig, SimServer
+from stallwatch.simulator.server import SimServer
 
 
 class FakeClock:
