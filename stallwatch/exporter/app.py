@@ -27,6 +27,7 @@ from stallwatch.common.config import ConfigError
 from stallwatch.common.config_files import load_exporter_config
 from stallwatch.common.exporter_config import ExporterConfig
 from stallwatch.exporter.collector import ExporterCollector
+from stallwatch.exporter.multitarget import ProbeCollector, ProbeService, render_answer
 from stallwatch.exporter.service import ExporterService
 
 log = logging.getLogger("stallwatch.exporter")
@@ -47,6 +48,7 @@ def build_registry(service: ExporterService) -> CollectorRegistry:
             lambda: service.config, lambda: service.histories, lambda: service.reload_status
         )
     )
+    registry.register(ProbeCollector(lambda: _probes(service)))
     for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
         registry.register(collector)
     return registry
@@ -75,6 +77,24 @@ async def reload_config(service: ExporterService, path: Path) -> str | None:
 async def handle_metrics(request: web.Request) -> web.Response:
     registry = request.app[REGISTRY_KEY]
     body = generate_latest(registry)
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+def _probes(service: ExporterService) -> ProbeService:
+    if service.probes is None:
+        service.probes = ProbeService(service.config, service.session)
+    return service.probes
+
+
+async def handle_probe(request: web.Request) -> web.Response:
+    """`GET /probe?target=URL&module=NAME`: the target's series, read now or from memory."""
+    probes = _probes(request.app[SERVICE_KEY])
+    module = request.query.get("module", "")
+    target = request.query.get("target", "")
+    answer = await probes.probe(module, target)
+    if answer.target is None or answer.history is None:
+        return web.Response(status=answer.status, text=f"probe refused: {answer.detail}\n")
+    body = render_answer(answer.target, answer.history)
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
@@ -120,6 +140,7 @@ def build_app(service: ExporterService, config_path: Path) -> web.Application:
     app[CONFIG_PATH_KEY] = config_path
     app.router.add_get("/", handle_index)
     app.router.add_get("/metrics", handle_metrics)
+    app.router.add_get("/probe", handle_probe)
     app.router.add_post("/-/reload", handle_reload)
     app.router.add_get("/-/healthy", handle_healthy)
     return app
@@ -135,6 +156,7 @@ async def running_exporter(
         connector=connector, headers={"User-Agent": USER_AGENT}
     ) as session:
         service = ExporterService(config, session)
+        service.probes = ProbeService(config, session)
         app = build_app(service, config_path)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import sys
 from pathlib import Path
 from typing import Any
@@ -45,13 +46,7 @@ def run(args: argparse.Namespace) -> int:
                 host, port = parse_listen(args.listen)
             except ValueError as error:
                 raise ConfigError("--listen", "", str(error)) from error
-            config = type(config)(
-                targets=config.targets,
-                listen_host=host,
-                listen_port=port,
-                max_payload_bytes=config.max_payload_bytes,
-                source=config.source,
-            )
+            config = dataclasses.replace(config, listen_host=host, listen_port=port)
     except ConfigError as error:
         print(f"invalid config: {error}", file=sys.stderr)
         return 1
@@ -60,6 +55,11 @@ def run(args: argparse.Namespace) -> int:
         for target in config.targets:
             print(
                 f"  {target.name}: {target.kind} {target.url} every {target.interval_seconds:g} s"
+            )
+        for module in config.modules.values():
+            print(
+                f"  module {module.name}: {module.kind} /probe every "
+                f"{module.interval_seconds:g} s at most, allow {', '.join(module.allow)}"
             )
         return 0
     try:
