@@ -27,7 +27,7 @@ from stallwatch.common.config import ConfigError
 from stallwatch.common.config_files import load_exporter_config
 from stallwatch.common.exporter_config import ExporterConfig
 from stallwatch.exporter.collector import ExporterCollector
-from stallwatch.exporter.multitarget import ProbeCollector, ProbeService, render_answer
+from stallwatch.exporter.multitarget import ProbeCollector, ProbeService
 from stallwatch.exporter.service import ExporterService
 
 log = logging.getLogger("stallwatch.exporter")
@@ -94,8 +94,7 @@ async def handle_probe(request: web.Request) -> web.Response:
     answer = await probes.probe(module, target)
     if answer.target is None or answer.history is None:
         return web.Response(status=answer.status, text=f"probe refused: {answer.detail}\n")
-    body = render_answer(answer.target, answer.history)
-    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+    return web.Response(body=answer.body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
 async def handle_reload(request: web.Request) -> web.Response:

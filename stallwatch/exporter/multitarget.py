@@ -54,6 +54,16 @@ class _Entry:
     clock: ReadClock | None = None
     last_asked_at: float = 0.0
     reading: asyncio.Task[None] | None = None
+    # The answer rendered since the last read, by the spelling of the target asked for: an
+    # answer from memory costs no rendering.
+    rendered: dict[str, bytes] = field(default_factory=dict)
+
+    def body(self, label: str) -> bytes:
+        body = self.rendered.get(label)
+        if body is None:
+            body = render_answer(replace(self.target, name=label), self.history)
+            self.rendered[label] = body
+        return body
 
 
 @dataclass(frozen=True)
@@ -62,6 +72,7 @@ class ProbeAnswer:
 
     target: TargetConfig | None = None
     history: TargetHistory | None = None
+    body: bytes = b""  # the series, in the text exposition format
     read: bool = False  # this `/probe` read the server (False: answered from memory)
     refused: str = ""  # a REFUSAL_REASONS entry
     detail: str = ""
@@ -143,14 +154,14 @@ class ProbeService:
         if entry.reading is not None:
             await asyncio.shield(entry.reading)  # another `/probe` is reading it: share that read
             self.answers_from_memory += 1
-            return ProbeAnswer(replace(entry.target, name=target_text), entry.history)
+            return ProbeAnswer(entry.target, entry.history, entry.body(target_text))
         if not read_due(entry.clock, now, module.interval_seconds):
             self.answers_from_memory += 1
-            return ProbeAnswer(replace(entry.target, name=target_text), entry.history)
+            return ProbeAnswer(entry.target, entry.history, entry.body(target_text))
         entry.clock = after_read(entry.clock, now, module.interval_seconds)
         entry.reading = asyncio.create_task(self._read(entry))
         await asyncio.shield(entry.reading)
-        return ProbeAnswer(replace(entry.target, name=target_text), entry.history, read=True)
+        return ProbeAnswer(entry.target, entry.history, entry.body(target_text), read=True)
 
     def _remember(
         self, key: tuple[str, str], module: ModuleConfig, target: ProbeTarget, label: str
@@ -173,6 +184,7 @@ class ProbeService:
         else:
             previous = entry.history.state
             entry.history = entry.history.advance(outcome)
+            entry.rendered.clear()
             self.reads += 1
             if previous != entry.history.state:
                 log.info(
