@@ -258,3 +258,25 @@ async def test_the_test_request_goes_only_to_modules_that_enable_it(
                 await asyncio.sleep(0.06)
         sent = sim.stats()["completions_by_user_agent"].get(USER_AGENT, 0)
     assert sent == expected
+
+
+async def test_a_reload_keeps_unchanged_modules_and_forgets_changed_ones() -> None:
+    """After a reload, servers of an unchanged module keep their history; of a changed one, not."""
+    async with running_simulator(SimConfig()) as sim:
+        modules = {
+            "kept": {"allow": ["127.0.0.1"], "interval": "1h", "timeout": "1s"},
+            "changed": {"allow": ["127.0.0.1"], "interval": "1h", "timeout": "1s"},
+        }
+        cfg = config(modules)
+        async with exporter(cfg) as (service, url), aiohttp.ClientSession() as session:
+            await probe(session, url, sim.url, "kept")
+            await probe(session, url, sim.url, "changed")
+            modules["changed"] = {**modules["changed"], "timeout": "2s"}
+            await service.apply(config(modules))
+            assert service.probes is not None
+            remembered = sorted(module for module, _ in service.probes.entries)
+            await probe(session, url, sim.url, "changed")
+            await probe(session, url, sim.url, "kept")
+            reads = service.probes.reads
+    assert remembered == ["kept"]
+    assert reads == 3  # kept once; changed once before the reload and once after
