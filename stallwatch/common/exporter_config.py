@@ -9,6 +9,7 @@ from types import MappingProxyType
 from typing import Literal, cast, get_args
 from urllib.parse import urlsplit, urlunsplit
 
+from stallwatch.common.allowlist import AllowRuleError, parse_allow_rule
 from stallwatch.common.config import ConfigError, Section
 
 TargetKind = Literal[
@@ -37,8 +38,21 @@ MIN_INTERVAL_SECONDS = 0.05
 MIN_PROBE_TIMEOUT_SECONDS = 0.1
 _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 _RESERVED_LABELS = frozenset({"target", "state", "reason", "url", "kind", "engine", "version"})
-_TOP_KEYS = ("listen", "interval", "timeout", "probe", "max_payload_bytes", "targets")
+_TOP_KEYS = ("listen", "interval", "timeout", "probe", "max_payload_bytes", "targets", "modules")
 _PROBE_KEYS = ("enabled", "model", "endpoint", "timeout", "min_interval")
+_MODULE_KEYS = (
+    "kind",
+    "metrics_path",
+    "interval",
+    "timeout",
+    "probe",
+    "allow",
+    "forget_after",
+)
+_MODULE_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+# A target no `/probe` asked for in this long (or four intervals, if longer) is forgotten,
+# its history with it.
+DEFAULT_FORGET_AFTER_SECONDS = 600.0
 _TARGET_KEYS = ("name", "url", "kind", "metrics_path", "interval", "timeout", "probe", "labels")
 
 
@@ -92,12 +106,46 @@ class TargetConfig:
 
 
 @dataclass(frozen=True)
+class ModuleConfig:
+    """What `/probe?module=NAME` reads a target with: a target list's settings and an allow-list.
+
+    The idle test request is off unless the module turns it on (`/probe` reads addresses
+    that arrive in a request, so sending generations to them is opted into, not defaulted).
+    """
+
+    name: str
+    allow: tuple[str, ...]
+    kind: TargetKind = "auto"
+    metrics_path: str = DEFAULT_METRICS_PATH
+    # Reads of one target are at least this far apart, however often `/probe` asks.
+    interval_seconds: float = DEFAULT_INTERVAL_SECONDS
+    timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS
+    probe: ProbeConfig = ProbeConfig(enabled=False)
+    forget_after_seconds: float = DEFAULT_FORGET_AFTER_SECONDS
+
+    def target(self, name: str, url: str) -> TargetConfig:
+        """The target config one `/probe` of `url` under this module reads with."""
+        return TargetConfig(
+            name=name,
+            url=url,
+            kind=self.kind,
+            metrics_path=self.metrics_path,
+            interval_seconds=self.interval_seconds,
+            timeout_seconds=self.timeout_seconds,
+            probe=self.probe,
+        )
+
+
+@dataclass(frozen=True)
 class ExporterConfig:
     targets: tuple[TargetConfig, ...]
     listen_host: str = "127.0.0.1"
     listen_port: int = 9732
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
     source: str = "<defaults>"
+    modules: MappingProxyType[str, ModuleConfig] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
 
 
 def _probe(section: Section, defaults: ProbeConfig) -> ProbeConfig:
@@ -149,6 +197,64 @@ def _target(
     return target
 
 
+def _module(
+    name: str, section: Section, interval: float, timeout: float, probe_defaults: ProbeConfig
+) -> ModuleConfig:
+    if not _MODULE_NAME.match(name):
+        raise ConfigError(
+            section.source, section.path, "a module name is letters, digits, '.', '_' and '-'"
+        )
+    allow = section.string_list("allow", ())
+    if not allow:
+        raise section.error("allow", "required: the hosts or networks /probe may read")
+    for index, entry in enumerate(allow):
+        problem = allow_rule_problem(entry)
+        if problem:
+            raise section.error(f"allow[{index}]", problem)
+    kind = cast(TargetKind, section.choice("kind", "auto", TARGET_KINDS))
+    metrics_path = section.string(
+        "metrics_path", ENGINE_METRICS_PATHS.get(kind, DEFAULT_METRICS_PATH)
+    )
+    if not metrics_path.startswith("/"):
+        raise section.error("metrics_path", "must start with /")
+    module_interval = section.duration("interval", interval, minimum=MIN_INTERVAL_SECONDS)
+    module_timeout = section.duration("timeout", min(timeout, module_interval))
+    if module_timeout > module_interval:
+        raise section.error("timeout", "must not be longer than the interval")
+    forget_after = section.duration(
+        "forget_after", max(DEFAULT_FORGET_AFTER_SECONDS, 4 * module_interval)
+    )
+    if forget_after < 2 * module_interval:
+        raise section.error("forget_after", "must be at least two intervals")
+    probe_section = section.section("probe", _PROBE_KEYS)
+    defaults = ProbeConfig(
+        enabled=False,
+        model=probe_defaults.model,
+        endpoint=probe_defaults.endpoint,
+        timeout_seconds=probe_defaults.timeout_seconds,
+        min_interval_seconds=probe_defaults.min_interval_seconds,
+    )
+    return ModuleConfig(
+        name=name,
+        allow=allow,
+        kind=kind,
+        metrics_path=metrics_path,
+        interval_seconds=module_interval,
+        timeout_seconds=module_timeout,
+        probe=_probe(probe_section, defaults),
+        forget_after_seconds=forget_after,
+    )
+
+
+def allow_rule_problem(entry: str) -> str:
+    """Why `entry` is no allow-list entry ("" when it is one)."""
+    try:
+        parse_allow_rule(entry)
+    except AllowRuleError as error:
+        return str(error)
+    return ""
+
+
 def exporter_config_from_mapping(data: object, source: str) -> ExporterConfig:
     """Build and check the exporter's config; `source` names the file in every error."""
     top = Section(source, "", data, _TOP_KEYS)
@@ -165,6 +271,19 @@ def exporter_config_from_mapping(data: object, source: str) -> ExporterConfig:
         _target(section, interval, timeout, probe_defaults)
         for section in top.sections("targets", _TARGET_KEYS)
     )
+    modules_section = top.raw("modules", {})
+    if not isinstance(modules_section, Mapping):
+        raise top.error("modules", "expected a mapping of module names to modules")
+    modules = {
+        str(name): _module(
+            str(name),
+            Section(source, f"modules.{name}", value, _MODULE_KEYS),
+            interval,
+            timeout,
+            probe_defaults,
+        )
+        for name, value in modules_section.items()
+    }
     names = [target.name for target in targets]
     for index, name in enumerate(names):
         if name in names[:index]:
@@ -175,4 +294,5 @@ def exporter_config_from_mapping(data: object, source: str) -> ExporterConfig:
         listen_port=port,
         max_payload_bytes=max_payload,
         source=source,
+        modules=MappingProxyType(modules),
     )

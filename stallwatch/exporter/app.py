@@ -27,6 +27,7 @@ from stallwatch.common.config import ConfigError
 from stallwatch.common.config_files import load_exporter_config
 from stallwatch.common.exporter_config import ExporterConfig
 from stallwatch.exporter.collector import ExporterCollector
+from stallwatch.exporter.multitarget import ProbeCollector, ProbeService
 from stallwatch.exporter.service import ExporterService
 from stallwatch.exporter.web_config import WebConfig, protect, server_ssl_context
 
@@ -48,6 +49,7 @@ def build_registry(service: ExporterService) -> CollectorRegistry:
             lambda: service.config, lambda: service.histories, lambda: service.reload_status
         )
     )
+    registry.register(ProbeCollector(lambda: _probes(service)))
     for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
         registry.register(collector)
     return registry
@@ -77,6 +79,23 @@ async def handle_metrics(request: web.Request) -> web.Response:
     registry = request.app[REGISTRY_KEY]
     body = generate_latest(registry)
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+def _probes(service: ExporterService) -> ProbeService:
+    if service.probes is None:
+        service.probes = ProbeService(service.config, service.session)
+    return service.probes
+
+
+async def handle_probe(request: web.Request) -> web.Response:
+    """`GET /probe?target=URL&module=NAME`: the target's series, read now or from memory."""
+    probes = _probes(request.app[SERVICE_KEY])
+    module = request.query.get("module", "")
+    target = request.query.get("target", "")
+    answer = await probes.probe(module, target)
+    if answer.target is None or answer.history is None:
+        return web.Response(status=answer.status, text=f"probe refused: {answer.detail}\n")
+    return web.Response(body=answer.body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
 async def handle_reload(request: web.Request) -> web.Response:
@@ -121,6 +140,7 @@ def build_app(service: ExporterService, config_path: Path) -> web.Application:
     app[CONFIG_PATH_KEY] = config_path
     app.router.add_get("/", handle_index)
     app.router.add_get("/metrics", handle_metrics)
+    app.router.add_get("/probe", handle_probe)
     app.router.add_post("/-/reload", handle_reload)
     app.router.add_get("/-/healthy", handle_healthy)
     return app
@@ -143,6 +163,7 @@ async def running_exporter(
         connector=connector, headers={"User-Agent": USER_AGENT}
     ) as session:
         service = ExporterService(config, session)
+        service.probes = ProbeService(config, session)
         app = build_app(service, config_path)
         protect(app, web_config)
         runner = web.AppRunner(app, access_log=None)

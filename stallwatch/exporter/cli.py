@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import sys
 from pathlib import Path
 from typing import Any
@@ -56,13 +57,7 @@ def run(args: argparse.Namespace) -> int:
                 host, port = parse_listen(args.listen)
             except ValueError as error:
                 raise ConfigError("--listen", "", str(error)) from error
-            config = type(config)(
-                targets=config.targets,
-                listen_host=host,
-                listen_port=port,
-                max_payload_bytes=config.max_payload_bytes,
-                source=config.source,
-            )
+            config = dataclasses.replace(config, listen_host=host, listen_port=port)
         web_config = None
         if args.web_config_file is not None:
             web_config = load_web_config(args.web_config_file)
@@ -76,6 +71,11 @@ def run(args: argparse.Namespace) -> int:
         for target in config.targets:
             print(
                 f"  {target.name}: {target.kind} {target.url} every {target.interval_seconds:g} s"
+            )
+        for module in config.modules.values():
+            print(
+                f"  module {module.name}: {module.kind} /probe every "
+                f"{module.interval_seconds:g} s at most, allow {', '.join(module.allow)}"
             )
         return 0
     try:

@@ -50,10 +50,14 @@ class ExporterCollector(Collector):
         config: Callable[[], ExporterConfig],
         histories: Callable[[], Mapping[str, TargetHistory]],
         reload_status: Callable[[], ReloadStatus],
+        *,
+        per_target_only: bool = False,
     ) -> None:
         self._config = config
         self._histories = histories
         self._reload_status = reload_status
+        # A `/probe` answer holds the target's series only, not the process' own.
+        self._per_target_only = per_target_only
 
     def collect(self) -> Iterator[Metric]:
         config = self._config()
@@ -154,6 +158,8 @@ class ExporterCollector(Collector):
                 count = history.poll_errors.get(reason, 0)
                 poll_errors.add_metric([target.name, reason, *values], count)
         yield from out.families
+        if self._per_target_only:
+            return
 
         reload = self._reload_status()
         yield GaugeMetricFamily(

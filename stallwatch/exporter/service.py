@@ -7,12 +7,16 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import aiohttp
 
 from stallwatch.common.exporter_config import ExporterConfig, TargetConfig
 from stallwatch.core.history import PollOutcome, TargetHistory
 from stallwatch.exporter.poll import poll_once
+
+if TYPE_CHECKING:
+    from stallwatch.exporter.multitarget import ProbeService
 
 log = logging.getLogger("stallwatch.exporter")
 
@@ -37,6 +41,8 @@ class ExporterService:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._lock = asyncio.Lock()
         self._listeners: list[PollListener] = []
+        # The `/probe` side, set by the app that serves it.
+        self.probes: ProbeService | None = None
 
     def subscribe(self, listener: PollListener) -> Callable[[], None]:
         """Call `listener` after every poll of every target; returns the unsubscribe function."""
@@ -102,6 +108,8 @@ class ExporterService:
                 if new is None or new.url != old.url or new.kind != old.kind:
                     self.histories.pop(name, None)
             self.config = new_config
+            if self.probes is not None:
+                self.probes.apply(new_config)
             for name, target in new_targets.items():
                 if name not in self._tasks:
                     self._start_target(target)
@@ -115,3 +123,5 @@ class ExporterService:
     async def stop(self) -> None:
         for name in list(self._tasks):
             await self._stop_target(name)
+        if self.probes is not None:
+            await self.probes.stop()

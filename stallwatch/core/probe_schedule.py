@@ -1,0 +1,62 @@
+"""When `/probe` reads a target and when it answers from memory, and which targets to forget.
+
+Pure, `now` passed in. Reads are judged by time, never by how many scrapes arrive: the time
+after a target's first read is cut into slots one module interval long, and a target is read
+at most once per slot. A second Prometheus, a retry or a manual curl in the same slot gets the
+last verdict from memory, so the server's load, the comparison window of two reads and the
+count of consecutive polls all stay those of one reader at the module's interval.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TypeVar
+
+K = TypeVar("K")
+
+# Scrapes of one Prometheus arrive a few milliseconds early or late. The slot grid starts this
+# share of an interval before the first read, so a scrape that comes on time but a hair early
+# still falls in the next slot instead of being answered from memory (and read a slot later).
+EARLY_SHARE_OF_INTERVAL = 0.1
+
+
+@dataclass(frozen=True)
+class ReadClock:
+    """The slot grid of one target: where it starts, its width, and the slot last read."""
+
+    origin: float
+    interval: float
+    last_slot: int
+
+    def slot(self, now: float) -> int:
+        return math.floor((now - self.origin) / self.interval)
+
+
+def read_due(clock: ReadClock | None, now: float, interval: float) -> bool:
+    """Whether a `/probe` arriving at `now` reads the server (else: answer from memory)."""
+    if clock is None or clock.interval != interval or now < clock.origin:
+        return True  # never read, the module's interval changed, or the clock went back
+    return clock.slot(now) > clock.last_slot
+
+
+def after_read(clock: ReadClock | None, now: float, interval: float) -> ReadClock:
+    """The grid once a read starts at `now` (a new grid for a first read or a changed one)."""
+    if clock is None or clock.interval != interval or now < clock.origin:
+        origin = now - interval * EARLY_SHARE_OF_INTERVAL
+        return ReadClock(origin=origin, interval=interval, last_slot=0)
+    return ReadClock(clock.origin, clock.interval, clock.slot(now))
+
+
+def forgotten(last_asked: Mapping[K, tuple[float, float]], now: float) -> list[K]:
+    """The targets no `/probe` asked for in longer than their own `forget_after`.
+
+    `last_asked` maps each target to (when a `/probe` last asked for it, its forget_after).
+    """
+    return [key for key, (at, forget_after) in last_asked.items() if now - at > forget_after]
+
+
+def has_room(remembered: int, *, known: bool, max_targets: int) -> bool:
+    """Whether a target may be read: it is remembered already, or there is room for one more."""
+    return known or remembered < max_targets

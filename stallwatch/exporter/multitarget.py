@@ -1,0 +1,279 @@
+"""`/probe` mode: read a target named in the request, keep its history, answer its series.
+
+One entry per (module, target URL), created on the first allowed `/probe` and forgotten when
+no `/probe` asked for it in the module's `forget_after`. A `/probe` in the same read slot as
+the last read answers from memory (`core.probe_schedule`); concurrent `/probe`s of one target
+await one shared read, which a scrape that times out does not cancel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+
+import aiohttp
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from stallwatch.common.allowlist import (
+    AllowRule,
+    ProbeTarget,
+    TargetError,
+    allowed,
+    parse_allow_rule,
+    parse_target,
+)
+from stallwatch.common.exporter_config import ExporterConfig, ModuleConfig, TargetConfig
+from stallwatch.core.history import TargetHistory
+from stallwatch.core.probe_schedule import ReadClock, after_read, forgotten, has_room, read_due
+from stallwatch.exporter.collector import ExporterCollector
+from stallwatch.exporter.poll import poll_once
+from stallwatch.exporter.service import ReloadStatus
+
+log = logging.getLogger("stallwatch.exporter")
+
+# At most this many targets are remembered at once (see BENCHMARKS.md for the memory each
+# takes). A new target beyond it is refused (503) rather than evicting one being watched.
+MAX_PROBE_TARGETS = 10_000
+# Refusal reasons of `stallwatch_probe_refused_total`.
+REFUSAL_REASONS = ("unknown_module", "bad_target", "not_allowed", "too_many_targets")
+
+
+@dataclass
+class _Entry:
+    """What the exporter keeps about one probed target."""
+
+    target: TargetConfig
+    module: ModuleConfig
+    history: TargetHistory = field(default_factory=TargetHistory)
+    clock: ReadClock | None = None
+    last_asked_at: float = 0.0
+    reading: asyncio.Task[None] | None = None
+    # The answer rendered since the last read, by the spelling of the target asked for: an
+    # answer from memory costs no rendering.
+    rendered: dict[str, bytes] = field(default_factory=dict)
+
+    def body(self, label: str) -> bytes:
+        body = self.rendered.get(label)
+        if body is None:
+            body = render_answer(replace(self.target, name=label), self.history)
+            self.rendered[label] = body
+        return body
+
+
+@dataclass(frozen=True)
+class ProbeAnswer:
+    """The target's config and history to render, or why the `/probe` was refused."""
+
+    target: TargetConfig | None = None
+    history: TargetHistory | None = None
+    body: bytes = b""  # the series, in the text exposition format
+    read: bool = False  # this `/probe` read the server (False: answered from memory)
+    refused: str = ""  # a REFUSAL_REASONS entry
+    detail: str = ""
+    status: int = 200
+
+
+class ProbeService:
+    """The targets `/probe` has been asked about, their histories, and the refusals."""
+
+    def __init__(
+        self,
+        config: ExporterConfig,
+        session: aiohttp.ClientSession,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        max_targets: int = MAX_PROBE_TARGETS,
+    ) -> None:
+        self.session = session
+        self.clock = clock
+        self.max_targets = max_targets
+        self.entries: dict[tuple[str, str], _Entry] = {}
+        self.refused: Counter[tuple[str, str]] = Counter()
+        self.reads = 0
+        self.answers_from_memory = 0
+        self.forgotten = 0
+        self._config = config
+        self._rules: dict[str, tuple[AllowRule, ...]] = {}
+        self.apply(config)
+
+    @property
+    def modules(self) -> dict[str, ModuleConfig]:
+        return dict(self._config.modules)
+
+    def apply(self, config: ExporterConfig) -> None:
+        """Take a new config: entries of a removed or changed module are forgotten."""
+        self._config = config
+        self._rules = {
+            name: tuple(parse_allow_rule(entry) for entry in module.allow)
+            for name, module in config.modules.items()
+        }
+        for key, entry in list(self.entries.items()):
+            if config.modules.get(key[0]) != entry.module:
+                self._forget(key)
+
+    def refuse(self, module: str, reason: str, detail: str, status: int = 400) -> ProbeAnswer:
+        self.refused[(module, reason)] += 1
+        return ProbeAnswer(refused=reason, detail=detail, status=status)
+
+    async def probe(self, module_name: str, target_text: str) -> ProbeAnswer:
+        """Answer one `/probe`: refuse it, read the target, or answer from memory."""
+        module = self._config.modules.get(module_name)
+        if module is None:
+            known = ", ".join(sorted(self._config.modules)) or "none configured"
+            return self.refuse("", "unknown_module", f"unknown module {module_name!r} ({known})")
+        try:
+            target = parse_target(target_text)
+        except TargetError as error:
+            return self.refuse(module_name, "bad_target", str(error))
+        if not allowed(target, self._rules[module_name]):
+            return self.refuse(
+                module_name,
+                "not_allowed",
+                f"{target.host}:{target.port} is not in module {module_name}'s allow list",
+            )
+        now = self.clock()
+        self._forget_idle(now)
+        key = (module_name, target.url)
+        entry = self.entries.get(key)
+        if entry is None:
+            if not has_room(len(self.entries), known=False, max_targets=self.max_targets):
+                return self.refuse(
+                    module_name,
+                    "too_many_targets",
+                    f"{self.max_targets} targets are watched already",
+                    status=503,
+                )
+            entry = self._remember(key, module, target, target_text)
+        entry.last_asked_at = now
+        if entry.reading is not None:
+            await asyncio.shield(entry.reading)  # another `/probe` is reading it: share that read
+            self.answers_from_memory += 1
+            return ProbeAnswer(entry.target, entry.history, entry.body(target_text))
+        if not read_due(entry.clock, now, module.interval_seconds):
+            self.answers_from_memory += 1
+            return ProbeAnswer(entry.target, entry.history, entry.body(target_text))
+        entry.clock = after_read(entry.clock, now, module.interval_seconds)
+        entry.reading = asyncio.create_task(self._read(entry))
+        await asyncio.shield(entry.reading)
+        return ProbeAnswer(entry.target, entry.history, entry.body(target_text), read=True)
+
+    def _remember(
+        self, key: tuple[str, str], module: ModuleConfig, target: ProbeTarget, label: str
+    ) -> _Entry:
+        entry = _Entry(target=module.target(label, target.url), module=module)
+        self.entries[key] = entry
+        return entry
+
+    async def _read(self, entry: _Entry) -> None:
+        try:
+            outcome = await poll_once(
+                self.session,
+                entry.target,
+                entry.history.baseline,
+                max_payload_bytes=self._config.max_payload_bytes,
+                last_proven_alive_at=entry.history.last_proven_alive_at,
+            )
+        except Exception:  # a bug in one read must not fail every later `/probe`
+            log.exception("probe of %s failed", entry.target.url)
+        else:
+            previous = entry.history.state
+            entry.history = entry.history.advance(outcome)
+            entry.rendered.clear()
+            self.reads += 1
+            if previous != entry.history.state:
+                log.info(
+                    "probe target=%s state=%s reason=%s",
+                    entry.target.name,
+                    entry.history.state,
+                    outcome.verdict.reason,
+                )
+        finally:
+            entry.reading = None
+
+    def _forget_idle(self, now: float) -> None:
+        asked = {
+            key: (entry.last_asked_at, entry.module.forget_after_seconds)
+            for key, entry in self.entries.items()
+            if entry.reading is None
+        }
+        for key in forgotten(asked, now):
+            self._forget(key)
+
+    def _forget(self, key: tuple[str, str]) -> None:
+        entry = self.entries.pop(key, None)
+        if entry is not None:
+            self.forgotten += 1
+            if entry.reading is not None:
+                entry.reading.cancel()
+
+    async def stop(self) -> None:
+        tasks = [e.reading for e in self.entries.values() if e.reading is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def render_answer(target: TargetConfig, history: TargetHistory) -> bytes:
+    """The `/probe` body: the target's series, with the names and labels of `/metrics`."""
+    config = ExporterConfig(targets=(target,))
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(
+        ExporterCollector(
+            lambda: config,
+            lambda: {target.name: history},
+            ReloadStatus,
+            per_target_only=True,
+        )
+    )
+    return generate_latest(registry)
+
+
+class ProbeCollector(Collector):
+    """The `/probe` side's own series on `/metrics`: targets remembered, reads, refusals."""
+
+    def __init__(self, probes: Callable[[], ProbeService]) -> None:
+        self._probes = probes
+
+    def collect(self) -> Iterator[Metric]:
+        probes = self._probes()
+        refused = CounterMetricFamily(
+            "stallwatch_probe_refused",
+            "/probe requests refused, by module and reason; nothing was sent to their target.",
+            labels=["module", "reason"],
+        )
+        for module in sorted(probes.modules):
+            for reason in REFUSAL_REASONS:
+                if reason != "unknown_module":
+                    refused.add_metric([module, reason], probes.refused[(module, reason)])
+        refused.add_metric(["", "unknown_module"], probes.refused[("", "unknown_module")])
+        yield refused
+        targets = GaugeMetricFamily(
+            "stallwatch_probe_targets",
+            f"Targets /probe remembers, by module (at most {probes.max_targets} in all).",
+            labels=["module"],
+        )
+        per_module = Counter(module for module, _url in probes.entries)
+        for module in sorted(probes.modules):
+            targets.add_metric([module], per_module[module])
+        yield targets
+        yield CounterMetricFamily(
+            "stallwatch_probe_reads",
+            "/probe requests that read their target.",
+            value=probes.reads,
+        )
+        yield CounterMetricFamily(
+            "stallwatch_probe_answers_from_memory",
+            "/probe requests answered with the last verdict, within the module's interval.",
+            value=probes.answers_from_memory,
+        )
+        yield CounterMetricFamily(
+            "stallwatch_probe_targets_forgotten",
+            "Targets forgotten because no /probe asked for them in the module's forget_after.",
+            value=probes.forgotten,
+        )
