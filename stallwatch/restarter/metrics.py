@@ -8,7 +8,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from stallwatch import __version__
 from stallwatch.common.restarter_config import RestarterConfig
 
-RESULTS = ("success", "failure", "timeout")
+RESULTS = ("success", "failure", "timeout", "pdb_blocked")
 # Alerts whose target is not configured are counted under this label value, so a hostile
 # (but authenticated) sender cannot create series at will.
 UNCONFIGURED_TARGET = ""
@@ -65,6 +65,17 @@ class RestarterMetrics:
             "stallwatch_restarter_last_restart_timestamp_seconds",
             "Unix time of the target's latest restart decision.",
             ["target"],
+            registry=self.registry,
+        )
+        self.kube_events = Counter(
+            "stallwatch_restarter_kubernetes_events",
+            "Kubernetes Events about restarts and refusals, by result (created, failed, dropped).",
+            ["result"],
+            registry=self.registry,
+        )
+        self.lease_holder = Gauge(
+            "stallwatch_restarter_lease_holder",
+            "1 while this replica holds the Lease and acts; 0 while it stands by.",
             registry=self.registry,
         )
         build_info = Gauge(
