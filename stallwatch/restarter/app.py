@@ -219,10 +219,11 @@ async def handle_ready(request: web.Request) -> web.StreamResponse:
         return web.Response(status=503, text=f"journal failing: {failure}\n")
     kube = restarter.kube
     if kube is not None and kube.lease is not None:
-        restarter.metrics.lease_holder.set(1 if kube.acting else 0)
+        holder = restarter.metrics.lease_holder.labels(lease=kube.lease.settings.name)
+        holder.set(1 if kube.acting else 0)
         if not kube.acting:
-            holder = kube.lease.holder or "nobody yet"
-            return web.Response(status=503, text=f"standing by: the Lease is held by {holder}\n")
+            held_by = kube.lease.holder or "nobody yet"
+            return web.Response(status=503, text=f"standing by: the Lease is held by {held_by}\n")
     return web.Response(text="OK\n")
 
 
