@@ -7,6 +7,7 @@ directory of the configuration file, so a config and its secrets can move togeth
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import stat
 from dataclasses import dataclass, field, replace
@@ -72,7 +73,27 @@ class HttpAction:
     kind: Literal["http"] = "http"
 
 
-Action = CommandAction | DockerAction | SystemdAction | HttpAction
+KubernetesMode = Literal["evict", "delete", "rollout_restart"]
+KUBERNETES_MODES: tuple[KubernetesMode, ...] = ("evict", "delete", "rollout_restart")
+
+
+@dataclass(frozen=True)
+class KubernetesAction:
+    """Restart a pod through the Kubernetes API: evict it (PodDisruptionBudgets apply), delete
+    it, or restart its owner (a Deployment's or StatefulSet's rollout restart).
+
+    `namespace` and `pod` are set for a fixed target; a rule's action leaves them empty and
+    the pod the rule resolved fills them in.
+    """
+
+    mode: KubernetesMode = "evict"
+    namespace: str = ""
+    pod: str = ""
+    grace_period: int | None = None
+    kind: Literal["kubernetes"] = "kubernetes"
+
+
+Action = CommandAction | DockerAction | SystemdAction | HttpAction | KubernetesAction
 
 
 @dataclass(frozen=True)
@@ -106,6 +127,53 @@ class Target:
 
 
 @dataclass(frozen=True)
+class PodRule:
+    """An allow-rule: which alerts may restart which pods, and how.
+
+    The alert names the pod (its `namespace_label` and `pod_label`); the rule allows it only
+    when the namespace is listed, the alert's `alert_labels` match, and the pod read from the
+    API carries every label of `selector`. The confirmation reads the pod's IP at the
+    container port named `metrics_port`, never a URL from the alert.
+    """
+
+    name: str
+    namespaces: tuple[str, ...]
+    selector: tuple[tuple[str, str], ...]
+    metrics_port: str
+    action: KubernetesAction
+    metrics_path: str = "/metrics"
+    metrics_scheme: str = "http"
+    alert_labels: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    namespace_label: str = "namespace"
+    pod_label: str = "pod"
+    cooldown: float = 600.0
+    budget: Budget = field(default_factory=Budget)
+    action_timeout: float = 120.0
+
+
+@dataclass(frozen=True)
+class LeaseSettings:
+    """The coordination.k8s.io Lease that makes one of several replicas the one that acts."""
+
+    name: str
+    namespace: str
+    identity: str
+    duration: float = 15.0
+    renew_every: float = 5.0
+
+
+@dataclass(frozen=True)
+class KubernetesSettings:
+    """How the restarter reaches the Kubernetes API (a kubeconfig file, or in-cluster)."""
+
+    kubeconfig: str | None = None
+    context: str | None = None
+    lease: LeaseSettings | None = None
+    events: bool = True
+    event_namespace_fallback: str = "default"
+
+
+@dataclass(frozen=True)
 class RestarterConfig:
     targets: tuple[Target, ...]
     journal: str
@@ -120,6 +188,8 @@ class RestarterConfig:
     max_in_flight: int = 1
     fleet_window: FleetWindow = field(default_factory=FleetWindow)
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    rules: tuple[PodRule, ...] = ()
+    kubernetes: KubernetesSettings | None = None
     source: str = "<memory>"
     # What the file asks for that still works but should change (deprecated keys).
     warnings: tuple[str, ...] = ()
@@ -226,6 +296,8 @@ def _action(section: Section, files: _Files, action_timeout: float) -> Action:
             socket=section.string("socket", DEFAULT_DOCKER_SOCKET),
             stop_timeout=stop_timeout,
         )
+    if kind == "kubernetes":
+        return _kubernetes_action(section, fixed=True)
     if kind == "systemd":
         unit = section.string("unit", required=True)
         if unit.startswith("-"):
@@ -241,11 +313,29 @@ def _action(section: Section, files: _Files, action_timeout: float) -> Action:
     )
 
 
+def _kubernetes_action(section: Section, *, fixed: bool) -> KubernetesAction:
+    """A kubernetes action; a fixed target names its pod, a rule's pods come from the API."""
+    mode = section.choice("mode", "evict", KUBERNETES_MODES)
+    grace = section.integer("grace_period", 0) if section.has("grace_period") else None
+    if not fixed:
+        for key in ("namespace", "pod"):
+            if section.has(key):
+                raise section.error(key, "a rule's pod comes from the alert and the API, not here")
+        return KubernetesAction(mode=mode, grace_period=grace)  # type: ignore[arg-type]
+    return KubernetesAction(
+        mode=mode,  # type: ignore[arg-type]
+        namespace=section.string("namespace", required=True),
+        pod=section.string("pod", required=True),
+        grace_period=grace,
+    )
+
+
 _ACTION_KEYS: dict[str, tuple[str, ...]] = {
     "command": ("kind", "argv"),
     "docker": ("kind", "container", "socket", "stop_timeout"),
     "systemd": ("kind", "unit", "user"),
     "http": ("kind", "url", "method", "bearer_token_file"),
+    "kubernetes": ("kind", "mode", "namespace", "pod", "grace_period"),
 }
 _TARGET_KEYS = (
     "name",
@@ -320,6 +410,7 @@ def _target(section: Section, files: _Files, warnings: list[str]) -> Target:
     )
 
 
+_KUBERNETES_KEYS = ("kubeconfig", "context", "lease", "events")
 _TOP_KEYS = (
     "listen",
     "token_file",
@@ -334,7 +425,110 @@ _TOP_KEYS = (
     "fleet_window",
     "max_body_bytes",
     "targets",
+    "rules",
+    "kubernetes",
 )
+_RULE_KEYS = (
+    "name",
+    "namespaces",
+    "alert_labels",
+    "namespace_label",
+    "pod_label",
+    "selector",
+    "metrics_port",
+    "metrics_path",
+    "metrics_scheme",
+    "action",
+    "cooldown",
+    "budget",
+    "action_timeout",
+)
+# Names the API would refuse anyway; checked here so a typo fails at load, not at restart.
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+
+
+def _rule(section: Section) -> PodRule:
+    name = section.string("name", required=True)
+    namespaces = section.string_list("namespaces", ())
+    if not namespaces:
+        raise section.error("namespaces", "list the namespaces this rule may restart pods in")
+    for namespace in namespaces:
+        if not _DNS_LABEL.fullmatch(namespace):
+            raise section.error("namespaces", f"{namespace!r} is not a namespace name")
+    selector = section.string_map("selector")
+    if not selector:
+        raise section.error(
+            "selector", "give the labels a pod must carry (read from the API, not the alert)"
+        )
+    alert_labels: list[tuple[str, tuple[str, ...]]] = []
+    raw_labels = section.raw("alert_labels", {})
+    if not isinstance(raw_labels, dict):
+        raise section.error("alert_labels", "expected a mapping of label to a list of values")
+    for label, values in raw_labels.items():
+        if (
+            not isinstance(values, list)
+            or not values
+            or not all(isinstance(v, str) for v in values)
+        ):
+            raise section.error(f"alert_labels.{label}", "expected a list of allowed values")
+        alert_labels.append((str(label), tuple(values)))
+    metrics_path = section.string("metrics_path", "/metrics")
+    if not metrics_path.startswith("/"):
+        raise section.error("metrics_path", "must start with /")
+    action_section = section.section("action", _ACTION_KEYS["kubernetes"])
+    if action_section.string("kind", "kubernetes") != "kubernetes":
+        raise section.error("action.kind", "a rule's action is kind: kubernetes")
+    budget = section.section("budget", ("max_restarts", "window"))
+    return PodRule(
+        name=name,
+        namespaces=namespaces,
+        selector=tuple(sorted(selector.items())),
+        metrics_port=section.string("metrics_port", required=True),
+        action=_kubernetes_action(action_section, fixed=False),
+        metrics_path=metrics_path,
+        metrics_scheme=section.choice("metrics_scheme", "http", ("http", "https")),
+        alert_labels=tuple(sorted(alert_labels)),
+        namespace_label=section.string("namespace_label", "namespace"),
+        pod_label=section.string("pod_label", "pod"),
+        cooldown=section.duration("cooldown", 600.0, zero=True),
+        budget=Budget(
+            max_restarts=budget.integer("max_restarts", 3, minimum=1),
+            window=budget.duration("window", 3600.0),
+        ),
+        action_timeout=section.duration("action_timeout", 120.0),
+    )
+
+
+def _kubernetes(section: Section, files: _Files) -> KubernetesSettings:
+    lease_settings: LeaseSettings | None = None
+    if section.has("lease"):
+        lease = section.section(
+            "lease", ("name", "namespace", "identity", "duration", "renew_every")
+        )
+        identity = lease.optional_string("identity") or os.environ.get("POD_NAME", "")
+        if not identity:
+            raise lease.error(
+                "identity", "is required (or set POD_NAME, from the downward API, as it runs)"
+            )
+        duration = lease.duration("duration", 15.0)
+        renew_every = lease.duration("renew_every", 5.0)
+        if renew_every * 2 > duration:
+            raise lease.error(
+                "renew_every", "must be at most half the duration (a holder renews in time)"
+            )
+        lease_settings = LeaseSettings(
+            name=lease.string("name", required=True),
+            namespace=lease.string("namespace", required=True),
+            identity=identity,
+            duration=duration,
+            renew_every=renew_every,
+        )
+    return KubernetesSettings(
+        kubeconfig=files.existing_file(section, "kubeconfig"),
+        context=section.optional_string("context"),
+        lease=lease_settings,
+        events=section.boolean("events", True),
+    )
 
 
 def restarter_config_from_mapping(data: object, source: str, base_dir: Path) -> RestarterConfig:
@@ -378,11 +572,30 @@ def restarter_config_from_mapping(data: object, source: str, base_dir: Path) -> 
     )
     targets: list[Target] = []
     warnings: list[str] = []
-    for index, section in enumerate(top.sections("targets", _TARGET_KEYS, required=True)):
+    rules = tuple(_rule(section) for section in top.sections("rules", _RULE_KEYS))
+    if len({rule.name for rule in rules}) != len(rules):
+        raise top.error("rules", "rule names must differ")
+    kubernetes = (
+        _kubernetes(top.section("kubernetes", _KUBERNETES_KEYS), files)
+        if top.has("kubernetes")
+        else None
+    )
+    for index, section in enumerate(top.sections("targets", _TARGET_KEYS, required=not rules)):
         target = _target(section, files, warnings)
         if target.name in {t.name for t in targets}:
             raise ConfigError(
                 source, f"targets[{index}].name", f"duplicate target name {target.name!r}"
             )
         targets.append(target)
-    return replace(config, targets=tuple(targets), warnings=tuple(warnings))
+    uses_kubernetes = bool(rules) or any(
+        isinstance(target.action, KubernetesAction) for target in targets
+    )
+    if uses_kubernetes and kubernetes is None:
+        kubernetes = KubernetesSettings()  # in-cluster, from the pod's service account
+    return replace(
+        config,
+        targets=tuple(targets),
+        rules=rules,
+        kubernetes=kubernetes,
+        warnings=tuple(warnings),
+    )

@@ -1,4 +1,4 @@
-"""Run a target's restart action: command, docker, systemd or http, each under a timeout.
+"""Run a target's restart action (command, docker, systemd, http, kubernetes) under a timeout.
 
 The action comes from the restarter's config only. The target's name reaches a command as
 the environment variable STALLWATCH_TARGET and is never put into an argv or a shell.
@@ -14,7 +14,7 @@ import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 from urllib.parse import quote
 
 import aiohttp
@@ -24,11 +24,16 @@ from stallwatch.common.restarter_config import (
     CommandAction,
     DockerAction,
     HttpAction,
+    KubernetesAction,
     SystemdAction,
     Target,
 )
 
-ActionResult = Literal["success", "failure", "timeout"]
+if TYPE_CHECKING:
+    from stallwatch.restarter.kube.action import PodRestarter
+
+# pdb_blocked: an eviction a PodDisruptionBudget refused (kubernetes actions only).
+ActionResult = Literal["success", "failure", "timeout", "pdb_blocked"]
 TARGET_ENV = "STALLWATCH_TARGET"
 _DETAIL_CHARS = 500
 
@@ -126,8 +131,9 @@ async def run_argv(argv: list[str], target_name: str) -> tuple[bool, str]:
 class ActionRunner:
     """Runs actions; owns the Docker sockets' sessions, borrows the process's HTTP session."""
 
-    def __init__(self, session: aiohttp.ClientSession) -> None:
+    def __init__(self, session: aiohttp.ClientSession, *, kube: PodRestarter | None = None) -> None:
         self._session = session
+        self._kube = kube
         self._docker_sessions: dict[str, aiohttp.ClientSession] = {}
 
     async def close(self) -> None:
@@ -140,6 +146,9 @@ class ActionRunner:
         started = time.monotonic()
         try:
             async with asyncio.timeout(target.action_timeout):
+                if isinstance(target.action, KubernetesAction):
+                    kube_result, detail = await self._kubernetes(target.action)
+                    return ActionOutcome(kube_result, detail, time.monotonic() - started)
                 succeeded, detail = await self._dispatch(target)
         except TimeoutError:
             detail = f"no result within {target.action_timeout:g} s"
@@ -150,8 +159,14 @@ class ActionRunner:
         result: ActionResult = "success" if succeeded else "failure"
         return ActionOutcome(result, detail, time.monotonic() - started)
 
+    async def _kubernetes(self, action: KubernetesAction) -> tuple[ActionResult, str]:
+        if self._kube is None:
+            return "failure", "no Kubernetes API configured"
+        return await self._kube.restart(action)
+
     async def _dispatch(self, target: Target) -> tuple[bool, str]:
         action = target.action
+        assert not isinstance(action, KubernetesAction)
         if isinstance(action, CommandAction):
             return await run_argv(list(action.argv), target.name)
         if isinstance(action, SystemdAction):

@@ -170,6 +170,9 @@ async def handle_alerts(request: web.Request) -> web.StreamResponse:
     restarter = request.app[RESTARTER_KEY]
     if not authorized(restarter.config, request):
         return _unauthorized(request)
+    if restarter.kube is not None and not restarter.kube.acting:
+        # Not the Lease holder: Alertmanager retries, and the Service sends it to the holder.
+        return _error(503, "this replica does not hold the Lease; another one acts")
     limit = restarter.config.max_body_bytes
     if request.content_length is not None and request.content_length > limit:
         return _error(413, f"body larger than {limit} bytes")
@@ -229,6 +232,22 @@ async def handle_healthy(request: web.Request) -> web.StreamResponse:
     return web.Response(text="OK\n")
 
 
+async def handle_ready(request: web.Request) -> web.StreamResponse:
+    """Ready to take alerts: the journal works and, with a Lease, this replica holds it."""
+    restarter = request.app[RESTARTER_KEY]
+    failure = restarter.journal.failure
+    if failure is not None:
+        return web.Response(status=503, text=f"journal failing: {failure}\n")
+    kube = restarter.kube
+    if kube is not None and kube.lease is not None:
+        holder = restarter.metrics.lease_holder.labels(lease=kube.lease.settings.name)
+        holder.set(1 if kube.acting else 0)
+        if not kube.acting:
+            held_by = kube.lease.holder or "nobody yet"
+            return web.Response(status=503, text=f"standing by: the Lease is held by {held_by}\n")
+    return web.Response(text="OK\n")
+
+
 @web.middleware
 async def journal_errors_are_503(
     request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -279,6 +298,7 @@ def build_app(
     app.router.add_get("/journal", handle_journal)
     app.router.add_get("/metrics", handle_metrics)
     app.router.add_get("/-/healthy", handle_healthy)
+    app.router.add_get("/-/ready", handle_ready)
     if config_path is not None:
         app[RELOADER_KEY] = ConfigReloader(restarter, config_path, clock)
         app.router.add_post("/-/reload", handle_reload)

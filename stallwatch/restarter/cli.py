@@ -110,6 +110,18 @@ def describe(config: RestarterConfig) -> list[str]:
             f"budget {target.budget.max_restarts} per {target.budget.window:g} s, "
             f"confirm at {target.metrics_url}"
         )
+    for rule in config.rules:
+        selector = ",".join(f"{key}={value}" for key, value in rule.selector)
+        lines.append(
+            f"  rule {rule.name}: {rule.action.kind} {rule.action.mode} pods in "
+            f"{', '.join(rule.namespaces)} labelled {selector}, cooldown {rule.cooldown:g} s, "
+            f"confirm at the pod's port {rule.metrics_port}{rule.metrics_path}"
+        )
+    lease = config.kubernetes.lease if config.kubernetes else None
+    if lease is not None:
+        lines.append(
+            f"lease {lease.namespace}/{lease.name} as {lease.identity}: only its holder acts"
+        )
     return lines
 
 

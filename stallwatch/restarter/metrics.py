@@ -6,9 +6,11 @@ import prometheus_client
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from stallwatch import __version__
-from stallwatch.common.restarter_config import RestarterConfig
+from stallwatch.common.restarter_config import KubernetesAction, RestarterConfig
 
 RESULTS = ("success", "failure", "timeout")
+# The result of an eviction a PodDisruptionBudget refused (kubernetes actions only).
+PDB_BLOCKED = "pdb_blocked"
 # Alerts whose target is not configured are counted under this label value, so a hostile
 # (but authenticated) sender cannot create series at will.
 UNCONFIGURED_TARGET = ""
@@ -67,6 +69,18 @@ class RestarterMetrics:
             ["target"],
             registry=self.registry,
         )
+        self.kube_events = Counter(
+            "stallwatch_restarter_kubernetes_events",
+            "Kubernetes Events about restarts and refusals, by result (created, failed, dropped).",
+            ["result"],
+            registry=self.registry,
+        )
+        self.lease_holder = Gauge(
+            "stallwatch_restarter_lease_holder",
+            "1 while this replica holds the Lease and acts; 0 while it stands by.",
+            ["lease"],
+            registry=self.registry,
+        )
         build_info = Gauge(
             "stallwatch_restarter_build_info",
             "The restarter's version.",
@@ -79,7 +93,8 @@ class RestarterMetrics:
     def add_targets(self, config: RestarterConfig) -> None:
         """Series for every target of `config`, at zero, so rates work from the first restart."""
         for target in config.targets:
-            for result in RESULTS:
+            kubernetes = isinstance(target.action, KubernetesAction)
+            for result in (*RESULTS, PDB_BLOCKED) if kubernetes else RESULTS:
                 self.restarts.labels(target=target.name, result=result)
             self.budget_exhausted.labels(target=target.name)
 

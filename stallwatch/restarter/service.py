@@ -10,7 +10,8 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Protocol
+from dataclasses import replace
+from typing import TYPE_CHECKING, Protocol
 
 import aiohttp
 
@@ -18,11 +19,15 @@ from stallwatch import USER_AGENT
 from stallwatch.common.restarter_config import RestarterConfig, Target
 from stallwatch.core.alerts import Alert, Notification
 from stallwatch.core.confirmation import Confirmation
+from stallwatch.core.lease import merge_restarts
 from stallwatch.core.policy import Decision, History, decide, decide_confirmed, lookback_seconds
 from stallwatch.restarter.actions import ActionOutcome, ActionRunner
 from stallwatch.restarter.confirm import confirm_stall
 from stallwatch.restarter.journal import INTERRUPTED, Journal, JournalError, printable
 from stallwatch.restarter.metrics import UNCONFIGURED_TARGET, RestarterMetrics
+
+if TYPE_CHECKING:
+    from stallwatch.restarter.kube.side import KubeSide
 
 log = logging.getLogger("stallwatch.restarter")
 
@@ -79,6 +84,9 @@ class Restarter:
         self._lookback = lookback_seconds(config)
         self._session: aiohttp.ClientSession | None = None
         self._runner: ActionRunner | None = None
+        # On Kubernetes (set up on start): pod targets, the Lease, Events.
+        self.kube: KubeSide | None = None
+        self._refusals: dict[tuple[str, str], Decision] = {}
         self._close_interrupted_actions()
 
     def _close_interrupted_actions(self) -> None:
@@ -99,6 +107,8 @@ class Restarter:
 
     def apply(self, config: RestarterConfig) -> None:
         """Decide with `config` from now on (a reload); decisions under way finish as begun."""
+        if self.kube is not None:  # with the pod targets the allow-rules resolved
+            config = self.kube.effective(config)
         self.config = config
         for target in config.targets:
             self.locks.setdefault(target.name, asyncio.Lock())
@@ -115,7 +125,19 @@ class Restarter:
         self._session = aiohttp.ClientSession(
             headers={"User-Agent": USER_AGENT}, timeout=aiohttp.ClientTimeout(total=300)
         )
-        self._runner = ActionRunner(self._session)
+        if self.config.kubernetes is not None:
+            from stallwatch.restarter.kube.side import KubeSide
+
+            self.kube = await KubeSide.connect(
+                self.config,
+                clock=self.clock,
+                own_restarts=lambda since: self.journal.restarts_since(
+                    since, dry_run=self.config.dry_run
+                ),
+                on_event=lambda result: self.metrics.kube_events.labels(result=result).inc(),
+            )
+            await self.kube.start()
+        self._runner = ActionRunner(self._session, kube=self.kube.actor if self.kube else None)
 
     async def stop(self) -> None:
         if self.actions:
@@ -123,6 +145,8 @@ class Restarter:
             for task in pending:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
+        if self.kube is not None:
+            await self.kube.stop()
         if self._runner is not None:
             await self._runner.close()
         if self._session is not None:
@@ -135,7 +159,14 @@ class Restarter:
             await asyncio.gather(*set(self.actions), return_exceptions=True)
 
     def _history(self, alert: Alert, now: float) -> History:
-        return self.journal.history(alert, since=now - self._lookback, dry_run=self.config.dry_run)
+        history = self.journal.history(
+            alert, since=now - self._lookback, dry_run=self.config.dry_run
+        )
+        if self.kube is None:
+            return history
+        # Restarts an earlier Lease holder decided count as if this replica had.
+        shared = self.kube.shared_restarts()
+        return replace(history, restarts=merge_restarts(history.restarts, shared))
 
     def _metric_target(self, alert: Alert) -> str:
         name = alert.target
@@ -149,6 +180,10 @@ class Restarter:
         different targets concurrently. An alert whose decision the journal could not record
         is answered `journal_unwritable` and not acted on.
         """
+        if self.kube is not None:
+            notification, refusals = await self.kube.resolve_notification(notification)
+            self._refusals.update(refusals)
+            self.apply(self.kube.config)
         alerts = notification.alerts
         outcomes: list[Decision | _Pending | None] = []
         for start in range(0, len(alerts), JUDGED_PER_COMMIT):
@@ -185,6 +220,9 @@ class Restarter:
         if alert.status == "resolved":
             self._resolve(alert, notification)
             return None
+        refusal = self._refusals.pop((alert.fingerprint, alert.starts_at), None)
+        if refusal is not None:  # no allow-rule lets this alert restart its pod
+            return self._conclude(alert, refusal, notification, None)
         target = self.config.target(alert.target) if alert.target else None
         now = self.clock()
         decision = decide(alert, self.config, self._history(alert, now), now)
@@ -303,6 +341,8 @@ class Restarter:
             decision.reason,
             printable(decision.detail),
         )
+        if self.kube is not None:
+            self.kube.on_decision(alert, decision, target)
         if not decision.restarts or target is None:
             self.metrics.skips.labels(
                 target=self._metric_target(alert), reason=decision.reason
@@ -332,6 +372,8 @@ class Restarter:
         self._record_outcome(restart_id, target, outcome)
 
     def _record_outcome(self, restart_id: int, target: Target, outcome: ActionOutcome) -> None:
+        if self.kube is not None:
+            self.kube.on_outcome(target, outcome.result, outcome.detail)
         self.metrics.restarts.labels(target=target.name, result=outcome.result).inc()
         self.metrics.action_duration.labels(target=target.name).observe(outcome.duration)
         level = logging.INFO if outcome.result == "success" else logging.WARNING

@@ -30,7 +30,8 @@ GAP_WHY = (
 # {here} is the directory of the test data.
 INVALID: dict[str, str] = {
     "action-kind": (
-        "targets[0].action.kind: expected one of command, docker, systemd, http, got 'ssh'"
+        "targets[0].action.kind: expected one of command, docker, systemd, http, kubernetes, "
+        "got 'ssh'"
     ),
     "action-timeout-zero": "targets[0].action_timeout: must be longer than zero, got 0s",
     "argv-string": "targets[0].action.argv: expected a list of strings, got 'restart-vllm --now'",
@@ -77,8 +78,8 @@ INVALID: dict[str, str] = {
     "token-missing": "token_file: file not found: absent.token",
     "unknown-key": (
         "colour: unknown key (known keys: confirm, dry_run, fleet_window, insecure_no_auth, "
-        "journal, listen, max_body_bytes, max_in_flight, restart_alerts, targets, tls_cert_file, "
-        "tls_key_file, token_file)"
+        "journal, kubernetes, listen, max_body_bytes, max_in_flight, restart_alerts, rules, "
+        "targets, tls_cert_file, tls_key_file, token_file)"
     ),
     "unknown-target-key": (
         "targets[0].cooldwn: unknown key (known keys: action, action_timeout, budget, cooldown, "

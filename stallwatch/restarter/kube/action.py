@@ -1,0 +1,100 @@
+"""The `kubernetes` restart action: evict the pod, delete it, or restart its owner.
+
+A pod of a LeaderWorkerSet group is never restarted alone: the group's leader is evicted or
+deleted, and LeaderWorkerSet recreates the whole group (its workers belong to the leader).
+An eviction that a PodDisruptionBudget forbids (429) is the result `pdb_blocked`: not retried.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from typing import Literal
+
+from stallwatch.common.restarter_config import KubernetesAction
+from stallwatch.core.pod_rules import PodFacts, group_of
+from stallwatch.restarter.kube.api import ApiException, KubeApi
+
+KubeResult = Literal["success", "failure", "pdb_blocked"]
+# Asks the Lease holder's fence before anything changes: True when this replica still holds
+# the Lease and the restart is written into it.
+Fence = Callable[[], Awaitable[bool]]
+
+
+def _api_error(error: ApiException) -> str:
+    return f"the API answered {error.status} {error.reason or ''}".rstrip()
+
+
+class PodRestarter:
+    """Runs kubernetes actions against one API."""
+
+    def __init__(
+        self,
+        api: KubeApi,
+        *,
+        fence: Fence | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.api = api
+        self.fence = fence
+        self.clock = clock
+
+    async def restart(self, action: KubernetesAction) -> tuple[KubeResult, str]:
+        try:
+            return await self._restart(action)
+        except ApiException as error:
+            return "failure", f"{action.namespace}/{action.pod}: {_api_error(error)}"
+
+    async def _restart(self, action: KubernetesAction) -> tuple[KubeResult, str]:
+        pod = await self.api.pod(action.namespace, action.pod)
+        if pod is None:
+            return "failure", f"pod {action.namespace}/{action.pod} no longer exists"
+        group = group_of(pod.labels)
+        victim = pod
+        if group is not None:
+            if action.mode == "rollout_restart":
+                return "failure", (
+                    f"pod {pod.name} is in LeaderWorkerSet {group.set_name} group "
+                    f"{group.group_index}: a rollout restart would restart every group; "
+                    "use mode evict or delete (the group restarts through its leader)"
+                )
+            leaders = await self.api.pods(pod.namespace, group.leader_selector)
+            if len(leaders) != 1:
+                return "failure", (
+                    f"LeaderWorkerSet {group.set_name} group {group.group_index}: found "
+                    f"{len(leaders)} leader pods, expected 1; the group is left alone"
+                )
+            victim = leaders[0]
+        if self.fence is not None and not await self.fence():
+            return "failure", "this replica no longer holds the Lease: another one acts"
+        return await self._act(action, pod, victim, group is not None)
+
+    async def _act(
+        self, action: KubernetesAction, pod: PodFacts, victim: PodFacts, in_group: bool
+    ) -> tuple[KubeResult, str]:
+        what = f"pod {victim.namespace}/{victim.name}"
+        if in_group:
+            what += f" (leader of the group of {pod.name}: the group is recreated)"
+        if action.mode == "evict":
+            try:
+                await self.api.evict(victim.namespace, victim.name, action.grace_period)
+            except ApiException as error:
+                if error.status == 429:
+                    return "pdb_blocked", (
+                        f"eviction of {what} refused: a PodDisruptionBudget allows no "
+                        "disruption now; left alone, not retried"
+                    )
+                raise
+            return "success", f"evicted {what}"
+        if action.mode == "delete":
+            await self.api.delete(victim.namespace, victim.name, action.grace_period)
+            return "success", f"deleted {what}"
+        workload = await self.api.workload_of(pod)
+        if workload is None:
+            return "failure", (
+                f"pod {pod.namespace}/{pod.name} is run by no Deployment or StatefulSet: "
+                "nothing to rollout-restart"
+            )
+        kind, name = workload
+        await self.api.rollout_restart(pod.namespace, kind, name, self.clock())
+        return "success", f"rollout restart of {kind} {pod.namespace}/{name} (for {pod.name})"

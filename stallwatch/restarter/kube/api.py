@@ -1,0 +1,256 @@
+"""The Kubernetes API calls the restarter makes, through kubernetes_asyncio, and nothing more.
+
+Every call here is one the restarter's RBAC Role in deploy/kubernetes grants; a test compares
+the two.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes_asyncio import client, config
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from stallwatch.common.restarter_config import KubernetesSettings
+from stallwatch.core.lease import LEDGER_ANNOTATION, LeaseView
+from stallwatch.core.pod_rules import PodFacts
+
+__all__ = ["ApiException", "KubeApi", "LeaseObject"]
+
+MERGE_PATCH = "application/merge-patch+json"
+RESTARTED_AT = "kubectl.kubernetes.io/restartedAt"
+COMPONENT = "stallwatch-restarter"
+
+
+@dataclass(frozen=True)
+class LeaseObject:
+    """A Lease as read: what it says, its ledger annotation, and its resourceVersion."""
+
+    view: LeaseView
+    ledger: str | None
+    resource_version: str
+    transitions: int
+    acquired_at: datetime.datetime | None
+
+
+def _seconds(moment: datetime.datetime | None) -> float | None:
+    if moment is None:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.UTC)
+    return moment.timestamp()
+
+
+def _moment(seconds: float) -> datetime.datetime:
+    return datetime.datetime.fromtimestamp(seconds, tz=datetime.UTC)
+
+
+def pod_facts(pod: Any) -> PodFacts:
+    metadata = pod.metadata
+    ports = [
+        (port.name, int(port.container_port))
+        for container in (pod.spec.containers or [])
+        for port in (container.ports or [])
+        if port.name
+    ]
+    owner = next(
+        ((ref.kind, ref.name) for ref in (metadata.owner_references or []) if ref.controller),
+        None,
+    )
+    return PodFacts(
+        namespace=metadata.namespace,
+        name=metadata.name,
+        labels=dict(metadata.labels or {}),
+        pod_ip=pod.status.pod_ip if pod.status else None,
+        ports=ports,
+        owner=owner,
+    )
+
+
+class KubeApi:
+    """One API client for the restarter's process; `connect` reads a kubeconfig or the
+    pod's service account."""
+
+    def __init__(self, api_client: Any) -> None:
+        self._client = api_client
+        self.core = client.CoreV1Api(api_client)
+        self.apps = client.AppsV1Api(api_client)
+        self.coordination = client.CoordinationV1Api(api_client)
+
+    @classmethod
+    async def connect(cls, settings: KubernetesSettings) -> KubeApi:
+        configuration = client.Configuration()
+        if settings.kubeconfig is not None:
+            await config.load_kube_config(
+                config_file=settings.kubeconfig,
+                context=settings.context,
+                client_configuration=configuration,
+                persist_config=False,
+            )
+        else:
+            config.load_incluster_config(client_configuration=configuration)
+        return cls(client.ApiClient(configuration))
+
+    async def close(self) -> None:
+        await self._client.close()
+
+    # --- pods ------------------------------------------------------------------------------
+    async def pod(self, namespace: str, name: str) -> PodFacts | None:
+        """The pod, or None when the API says it does not exist."""
+        try:
+            return pod_facts(await self.core.read_namespaced_pod(name, namespace))
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+
+    async def pods(self, namespace: str, label_selector: str) -> list[PodFacts]:
+        listed = await self.core.list_namespaced_pod(namespace, label_selector=label_selector)
+        return [pod_facts(pod) for pod in listed.items]
+
+    async def evict(self, namespace: str, name: str, grace_period: int | None) -> None:
+        """Ask for an eviction (PodDisruptionBudgets apply: 429 when one forbids it)."""
+        options = (
+            client.V1DeleteOptions(grace_period_seconds=grace_period)
+            if grace_period is not None
+            else None
+        )
+        body = client.V1Eviction(
+            api_version="policy/v1",
+            kind="Eviction",
+            metadata=client.V1ObjectMeta(name=name, namespace=namespace),
+            delete_options=options,
+        )
+        await self.core.create_namespaced_pod_eviction(name, namespace, body)
+
+    async def delete(self, namespace: str, name: str, grace_period: int | None) -> None:
+        if grace_period is None:
+            await self.core.delete_namespaced_pod(name, namespace)
+        else:
+            await self.core.delete_namespaced_pod(
+                name, namespace, grace_period_seconds=grace_period
+            )
+
+    # --- owners ----------------------------------------------------------------------------
+    async def workload_of(self, pod: PodFacts) -> tuple[str, str] | None:
+        """The Deployment or StatefulSet that runs the pod (a Deployment through its
+        ReplicaSet), or None."""
+        if pod.owner is None:
+            return None
+        kind, name = pod.owner
+        if kind == "StatefulSet":
+            return kind, name
+        if kind != "ReplicaSet":
+            return None
+        replica_set = await self.apps.read_namespaced_replica_set(name, pod.namespace)
+        owner = next(
+            (ref for ref in (replica_set.metadata.owner_references or []) if ref.controller),
+            None,
+        )
+        if owner is None or owner.kind != "Deployment":
+            return None
+        return "Deployment", owner.name
+
+    async def rollout_restart(self, namespace: str, kind: str, name: str, at: float) -> None:
+        """What `kubectl rollout restart` does: stamp the pod template's annotation."""
+        stamp = _moment(at).strftime("%Y-%m-%dT%H:%M:%SZ")
+        patch = {"spec": {"template": {"metadata": {"annotations": {RESTARTED_AT: stamp}}}}}
+        if kind == "Deployment":
+            await self.apps.patch_namespaced_deployment(
+                name, namespace, patch, _content_type=MERGE_PATCH
+            )
+        else:
+            await self.apps.patch_namespaced_stateful_set(
+                name, namespace, patch, _content_type=MERGE_PATCH
+            )
+
+    # --- events ----------------------------------------------------------------------------
+    async def event(
+        self, pod: tuple[str, str], reason: str, message: str, *, warning: bool, at: float
+    ) -> None:
+        """A core/v1 Event on the pod (what `kubectl describe pod` lists)."""
+        namespace, name = pod
+        moment = _moment(at)
+        body = client.CoreV1Event(
+            api_version="v1",
+            kind="Event",
+            metadata=client.V1ObjectMeta(generate_name=f"{name}.", namespace=namespace),
+            involved_object=client.V1ObjectReference(
+                api_version="v1", kind="Pod", namespace=namespace, name=name
+            ),
+            reason=reason,
+            message=message[:1024],
+            type="Warning" if warning else "Normal",
+            first_timestamp=moment,
+            last_timestamp=moment,
+            count=1,
+            source=client.V1EventSource(component=COMPONENT),
+            reporting_component=COMPONENT,
+            reporting_instance=os.environ.get("POD_NAME", COMPONENT),
+        )
+        await self.core.create_namespaced_event(namespace, body)
+
+    # --- leases ----------------------------------------------------------------------------
+    async def lease(self, namespace: str, name: str) -> LeaseObject | None:
+        try:
+            lease = await self.coordination.read_namespaced_lease(name, namespace)
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+        spec = lease.spec
+        annotations: Mapping[str, str] = lease.metadata.annotations or {}
+        return LeaseObject(
+            view=LeaseView(
+                holder=spec.holder_identity if spec else None,
+                renewed_at=_seconds(spec.renew_time) if spec else None,
+                duration=float(spec.lease_duration_seconds)
+                if spec and spec.lease_duration_seconds
+                else None,
+            ),
+            ledger=annotations.get(LEDGER_ANNOTATION),
+            resource_version=lease.metadata.resource_version,
+            transitions=int(spec.lease_transitions or 0) if spec else 0,
+            acquired_at=spec.acquire_time if spec else None,
+        )
+
+    async def write_lease(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        holder: str,
+        duration: float,
+        now: float,
+        ledger: str,
+        previous: LeaseObject | None,
+        taking: bool,
+    ) -> None:
+        """Create the Lease, or replace it at `previous`'s resourceVersion (409 if it moved)."""
+        acquired = _moment(now) if taking or previous is None else previous.acquired_at
+        transitions = 0 if previous is None else previous.transitions + (1 if taking else 0)
+        body = client.V1Lease(
+            api_version="coordination.k8s.io/v1",
+            kind="Lease",
+            metadata=client.V1ObjectMeta(
+                name=name,
+                namespace=namespace,
+                annotations={LEDGER_ANNOTATION: ledger},
+                resource_version=None if previous is None else previous.resource_version,
+            ),
+            spec=client.V1LeaseSpec(
+                holder_identity=holder,
+                lease_duration_seconds=max(1, round(duration)),
+                acquire_time=acquired,
+                renew_time=_moment(now),
+                lease_transitions=transitions,
+            ),
+        )
+        if previous is None:
+            await self.coordination.create_namespaced_lease(namespace, body)
+        else:
+            await self.coordination.replace_namespaced_lease(name, namespace, body)

@@ -1,0 +1,240 @@
+"""The restarter's Kubernetes side: turning alerts into pod targets by the allow-rules,
+the Lease, and an Event on the pod for every restart and refusal.
+
+The service calls it at a few points (`resolve`, `history_restarts`, `on_decision`,
+`on_outcome`); everything it decides about a pod comes from the rule and the API object.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import replace
+
+from stallwatch.common.restarter_config import KubernetesAction, RestarterConfig, Target
+from stallwatch.core.alerts import TARGET_LABEL, Alert, Notification
+from stallwatch.core.pod_rules import (
+    PodName,
+    Refusal,
+    allowed_pod,
+    metrics_url,
+    rule_for_alert,
+    target_name,
+)
+from stallwatch.core.policy import Decision, PastRestart, lookback_seconds
+from stallwatch.restarter.kube.action import PodRestarter
+from stallwatch.restarter.kube.api import ApiException, KubeApi
+from stallwatch.restarter.kube.lease import LeaseKeeper
+
+log = logging.getLogger("stallwatch.restarter")
+
+# A pod target not seen in an alert for this long (beyond the policy's look-back) is forgotten.
+FORGET_AFTER_SECONDS = 3600.0
+# Event reasons as `kubectl describe pod` shows them.
+EVENT_RESTARTING = "StallwatchRestarting"
+EVENT_REFUSED = "StallwatchRestartRefused"
+EVENT_RESULT = "StallwatchRestart"
+_MAX_EVENT_TASKS = 100
+
+
+class KubeSide:
+    def __init__(
+        self,
+        api: KubeApi,
+        config: RestarterConfig,
+        *,
+        clock: Callable[[], float],
+        own_restarts: Callable[[float], tuple[PastRestart, ...]],
+        on_event: Callable[[str], None] | None = None,
+    ) -> None:
+        self.api = api
+        self.config = config
+        self.clock = clock
+        settings = config.kubernetes
+        assert settings is not None
+        self.settings = settings
+        self.lease: LeaseKeeper | None = None
+        if settings.lease is not None:
+            self.lease = LeaseKeeper(
+                api,
+                settings.lease,
+                clock=clock,
+                own_restarts=own_restarts,
+                lookback=lambda: self.lookback,
+            )
+        self.actor = PodRestarter(api, fence=self.lease.fence if self.lease else None, clock=clock)
+        # Pod targets resolved by the rules: name -> (target, last seen).
+        self.pod_targets: dict[str, tuple[Target, float]] = {}
+        self.on_event = on_event
+        self._events: set[asyncio.Task[None]] = set()
+
+    @classmethod
+    async def connect(
+        cls,
+        config: RestarterConfig,
+        *,
+        clock: Callable[[], float],
+        own_restarts: Callable[[float], tuple[PastRestart, ...]],
+        on_event: Callable[[str], None] | None = None,
+    ) -> KubeSide:
+        assert config.kubernetes is not None
+        api = await KubeApi.connect(config.kubernetes)
+        return cls(api, config, clock=clock, own_restarts=own_restarts, on_event=on_event)
+
+    async def start(self) -> None:
+        if self.lease is not None:
+            await self.lease.step()
+            self.lease.start()
+
+    async def stop(self) -> None:
+        if self.lease is not None:
+            await self.lease.stop()
+        if self._events:
+            await asyncio.gather(*set(self._events), return_exceptions=True)
+        await self.api.close()
+
+    @property
+    def acting(self) -> bool:
+        """Whether this replica may act (always, without a Lease)."""
+        return self.lease is None or self.lease.holding
+
+    @property
+    def lookback(self) -> float:
+        spans = [lookback_seconds(self.config)]
+        for rule in self.config.rules:
+            spans += [rule.cooldown, rule.budget.window, rule.action_timeout]
+        return max(spans)
+
+    # --- targets from the rules -------------------------------------------------------------
+    def effective(self, config: RestarterConfig) -> RestarterConfig:
+        """`config` with the pod targets the rules resolved (fixed targets win a name clash)."""
+        self.config = config
+        now = self.clock()
+        forget = now - max(FORGET_AFTER_SECONDS, self.lookback)
+        for name in [n for n, (_, seen) in self.pod_targets.items() if seen < forget]:
+            del self.pod_targets[name]
+        fixed = {target.name for target in config.targets}
+        pods = tuple(t for n, (t, _) in self.pod_targets.items() if n not in fixed)
+        return replace(config, targets=config.targets + pods)
+
+    def wants(self, alert: Alert, config: RestarterConfig) -> bool:
+        return (
+            bool(config.rules)
+            and alert.status == "firing"
+            and alert.alertname in config.restart_alerts
+            and (alert.target is None or config.target(alert.target) is None)
+        )
+
+    async def resolve_notification(
+        self, notification: Notification
+    ) -> tuple[Notification, dict[tuple[str, str], Decision]]:
+        """The notification with its pod alerts renamed to their targets, and the refusals
+        (by fingerprint and startsAt) of those no rule allows."""
+        config = self.config
+        wanted = [i for i, alert in enumerate(notification.alerts) if self.wants(alert, config)]
+        if not wanted:
+            return notification, {}
+        found = await asyncio.gather(*(self.resolve(notification.alerts[i]) for i in wanted))
+        alerts = list(notification.alerts)
+        refusals: dict[tuple[str, str], Decision] = {}
+        for index, (alert, target) in zip(wanted, found, strict=True):
+            alerts[index] = alert
+            if isinstance(target, Decision):
+                refusals[(alert.fingerprint, alert.starts_at)] = target
+        return replace(notification, alerts=tuple(alerts)), refusals
+
+    async def resolve(self, alert: Alert) -> tuple[Alert, Target | Decision]:
+        """The alert renamed to its pod target, and the target (or why it is refused)."""
+        named = rule_for_alert(self.config.rules, alert.labels)
+        if isinstance(named, Refusal):
+            return alert, Decision("skip", named.reason, named.detail)
+        alert = _renamed(alert, f"{named.namespace}/{named.pod}")
+        try:
+            found = await self._pod_target(named)
+        except ApiException as error:
+            detail = f"reading pod {named.pod}: the API answered {error.status}"
+            return alert, Decision("skip", "kubernetes_error", detail)
+        if isinstance(found, Refusal):
+            return alert, Decision("skip", found.reason, found.detail)
+        self.pod_targets[found.name] = (found, self.clock())
+        return _renamed(alert, found.name), found
+
+    async def _pod_target(self, named: PodName) -> Target | Refusal:
+        pod = await self.api.pod(named.namespace, named.pod)
+        if pod is None:
+            return Refusal("pod_not_found", f"pod {named.namespace}/{named.pod} not found")
+        refusal = allowed_pod(named.rule, pod)
+        if refusal is not None:
+            return refusal
+        url = metrics_url(named.rule, pod)
+        if isinstance(url, Refusal):
+            return url
+        rule = named.rule
+        return Target(
+            name=target_name(pod),
+            metrics_url=url,
+            action=replace(rule.action, namespace=pod.namespace, pod=pod.name),
+            cooldown=rule.cooldown,
+            budget=rule.budget,
+            action_timeout=rule.action_timeout,
+        )
+
+    # --- history ----------------------------------------------------------------------------
+    def shared_restarts(self) -> tuple[PastRestart, ...]:
+        """The restarts the Lease holds (earlier holders' too); none without a Lease."""
+        return () if self.lease is None else self.lease.shared
+
+    # --- events -----------------------------------------------------------------------------
+    def on_decision(self, alert: Alert, decision: Decision, target: Target | None) -> None:
+        pod = _pod_of(target)
+        if pod is None or not self.settings.events:
+            return
+        if decision.restarts:
+            message = f"restarting ({decision.reason}): {decision.detail}"
+            self._post(pod, EVENT_RESTARTING, message, warning=True)
+        else:
+            message = f"restart refused ({decision.reason}): {decision.detail}"
+            self._post(pod, EVENT_REFUSED, message, warning=False)
+
+    def on_outcome(self, target: Target, result: str, detail: str) -> None:
+        pod = _pod_of(target)
+        if pod is None or not self.settings.events:
+            return
+        reason = EVENT_RESULT + "".join(part.title() for part in result.split("_"))
+        self._post(pod, reason, f"{result}: {detail}", warning=result != "success")
+
+    def _post(self, pod: tuple[str, str], reason: str, message: str, *, warning: bool) -> None:
+        if len(self._events) >= _MAX_EVENT_TASKS:
+            self._counted("dropped")
+            return
+        task = asyncio.create_task(self._send(pod, reason, message, warning))
+        self._events.add(task)
+        task.add_done_callback(self._events.discard)
+
+    async def _send(self, pod: tuple[str, str], reason: str, message: str, warning: bool) -> None:
+        try:
+            await self.api.event(pod, reason, message, warning=warning, at=self.clock())
+        except ApiException as error:
+            log.warning("event %s on pod %s/%s not created: %s", reason, *pod, error.status)
+            self._counted("failed")
+            return
+        self._counted("created")
+
+    def _counted(self, result: str) -> None:
+        if self.on_event is not None:
+            self.on_event(result)
+
+    async def flush_events(self) -> None:
+        while self._events:
+            await asyncio.gather(*set(self._events), return_exceptions=True)
+
+
+def _renamed(alert: Alert, name: str) -> Alert:
+    return replace(alert, labels={**alert.labels, TARGET_LABEL: name})
+
+
+def _pod_of(target: Target | None) -> tuple[str, str] | None:
+    if target is None or not isinstance(target.action, KubernetesAction):
+        return None
+    return target.action.namespace, target.action.pod

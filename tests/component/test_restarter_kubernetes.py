@@ -1,0 +1,414 @@
+"""The restarter against a protocol-level Kubernetes API (tests/kube_fake.py) through its real
+client library: allow-rules, evict/delete/rollout restart, LeaderWorkerSet groups, PDBs, RBAC,
+Events, and two replicas with one Lease."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from aiohttp.test_utils import TestClient, TestServer
+
+from stallwatch.common.config_files import load_restarter_config
+from stallwatch.common.restarter_config import KubernetesAction, KubernetesSettings, RestarterConfig
+from stallwatch.restarter.app import RESTARTER_KEY, build_app
+from stallwatch.restarter.kube.action import PodRestarter
+from stallwatch.restarter.kube.api import ApiException, KubeApi
+from stallwatch.restarter.service import Restarter
+from stallwatch.simulator.testing import SimHandle, running_simulator
+from tests.component.restarter_support import AUTH, STARTS_AT, TOKEN, payload, settle
+from tests.kube_fake import LWS_GROUP, LWS_NAME, LWS_WORKER, FakeKube, granted, make_pod
+
+RBAC = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes" / "restarter" / "rbac.yaml"
+SERVER_LABELS = {"app.kubernetes.io/name": "vllm"}
+
+
+def role_rules() -> list[dict[str, Any]]:
+    """The rules of the restarter's ClusterRole and Role, as shipped."""
+    docs = [d for d in yaml.safe_load_all(RBAC.read_text()) if d]
+    return [rule for d in docs if d["kind"] in ("ClusterRole", "Role") for rule in d["rules"]]
+
+
+@contextlib.asynccontextmanager
+async def fake_kube(rules: list[dict[str, Any]] | None = None) -> AsyncIterator[FakeKube]:
+    fake = FakeKube(role_rules() if rules is None else rules)
+    await fake.server.start_server()
+    try:
+        yield fake
+    finally:
+        await fake.server.close()
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_796_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def write_config(
+    directory: Path,
+    fake: FakeKube,
+    *,
+    mode: str = "evict",
+    identity: str | None = None,
+    extra_rule: dict[str, Any] | None = None,
+) -> RestarterConfig:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "token").write_text(TOKEN + "\n")
+    (directory / "token").chmod(0o600)
+    kubernetes: dict[str, Any] = {"kubeconfig": str(fake.kubeconfig(directory))}
+    if identity is not None:
+        kubernetes["lease"] = {
+            "name": "stallwatch-restarter",
+            "namespace": "stallwatch",
+            "identity": identity,
+            "duration": "15s",
+            "renew_every": "5s",
+        }
+    rule = {
+        "name": "vllm",
+        "namespaces": ["llm"],
+        "selector": SERVER_LABELS,
+        "metrics_port": "http",
+        "action": {"kind": "kubernetes", "mode": mode},
+        "cooldown": "10m",
+        **(extra_rule or {}),
+    }
+    document = {
+        "token_file": "token",
+        "journal": "journal.sqlite",
+        "confirm": {"gap": "1s", "timeout": "500ms"},
+        "kubernetes": kubernetes,
+        "rules": [rule],
+    }
+    path = directory / "restarter.yml"
+    path.write_text(yaml.safe_dump(document))
+    return load_restarter_config(path)
+
+
+@contextlib.asynccontextmanager
+async def restarter_app(
+    config: RestarterConfig, clock: Clock
+) -> AsyncIterator[tuple[TestClient[Any, Any], Restarter]]:
+    app = build_app(config, clock=clock)
+    client: TestClient[Any, Any] = TestClient(TestServer(app, host="127.0.0.1"))
+    await client.start_server()
+    try:
+        yield client, app[RESTARTER_KEY]
+    finally:
+        await client.close()
+
+
+def pod_alert(
+    pod: str,
+    *,
+    namespace: str = "llm",
+    alertname: str = "LLMServerHung",
+    fingerprint: str = "f00d0000000000a1",
+) -> dict[str, Any]:
+    # `target` and `instance` point elsewhere on purpose: the restarter must not use them.
+    labels = {
+        "alertname": alertname,
+        "namespace": namespace,
+        "pod": pod,
+        "target": "http://10.9.9.9:8000",
+        "instance": "10.9.9.9:8000",
+    }
+    return {
+        "status": "firing",
+        "labels": labels,
+        "annotations": {},
+        "startsAt": STARTS_AT,
+        "endsAt": "0001-01-01T00:00:00Z",
+        "fingerprint": fingerprint,
+    }
+
+
+async def send(client: TestClient[Any, Any], *alerts: dict[str, Any]) -> list[dict[str, str]]:
+    response = await client.post("/alerts", json=payload(*alerts), headers=AUTH)
+    assert response.status == 200, await response.text()
+    answer: dict[str, Any] = await response.json()
+    decisions: list[dict[str, str]] = answer["decisions"]
+    return decisions
+
+
+def sim_port(sim: SimHandle) -> int:
+    return int(sim.url.rsplit(":", 1)[1])
+
+
+def results(restarter: Restarter) -> list[tuple[str, str]]:
+    return [
+        (entry.target, entry.reason)
+        for entry in reversed(restarter.journal.recent(50))
+        if entry.decision == "action_result"
+    ]
+
+
+async def test_a_hung_pod_is_evicted_once(tmp_path: Path) -> None:
+    """A pod whose server hangs is confirmed at its own IP and port, evicted once, with Events."""
+    async with running_simulator() as sim, fake_kube() as fake:
+        sim.apply_fault("freeze")
+        fake.add_pod(make_pod("llm", "vllm-0", labels=SERVER_LABELS, port=sim_port(sim)))
+        config = write_config(tmp_path, fake)
+        async with restarter_app(config, Clock()) as (client, restarter):
+            first = await send(client, pod_alert("vllm-0"))
+            await settle(restarter)
+            again = await send(client, pod_alert("vllm-0"))
+            assert restarter.kube is not None
+            await restarter.kube.flush_events()
+            assert [(d["target"], d["decision"]) for d in first] == [("llm/vllm-0", "restart")]
+            assert again[0]["reason"] == "pod_not_found"  # evicted: its owner makes a new one
+            assert fake.evicted == [("llm", "vllm-0")]
+            assert results(restarter) == [("llm/vllm-0", "success")]
+            reasons = fake.event_reasons("vllm-0")
+            assert reasons == ["StallwatchRestarting", "StallwatchRestartSuccess"]
+
+
+async def test_a_pdb_that_forbids_eviction_leaves_the_pod_and_says_so(tmp_path: Path) -> None:
+    """A 429 is journaled pdb_blocked, counted, an Event, and never retried for that alert."""
+    async with running_simulator() as sim, fake_kube() as fake:
+        sim.apply_fault("freeze")
+        fake.add_pod(make_pod("llm", "vllm-0", labels=SERVER_LABELS, port=sim_port(sim)))
+        fake.pdb_forbids.add(("llm", "vllm-0"))
+        config = write_config(tmp_path, fake)
+        async with restarter_app(config, Clock()) as (client, restarter):
+            await send(client, pod_alert("vllm-0"))
+            await settle(restarter)
+            again = await send(client, pod_alert("vllm-0"))
+            assert restarter.kube is not None
+            await restarter.kube.flush_events()
+            metrics = await (await client.get("/metrics")).text()
+            assert results(restarter) == [("llm/vllm-0", "pdb_blocked")]
+        assert ("llm", "vllm-0") in fake.pods
+        assert again[0]["reason"] == "duplicate"
+        assert fake.calls.count(("", "pods/eviction", "create")) == 1
+        assert (
+            'stallwatch_restarter_restarts_total{result="pdb_blocked",target="llm/vllm-0"} 1.0'
+            in metrics
+        )
+        assert "StallwatchRestartPdbBlocked" in fake.event_reasons("vllm-0")
+        (blocked,) = [e for e in fake.events if e["reason"] == "StallwatchRestartPdbBlocked"]
+        assert blocked["type"] == "Warning"
+        assert "PodDisruptionBudget" in blocked["message"]
+
+
+@pytest.mark.parametrize(
+    ("namespace", "labels", "reason"),
+    [
+        ("llm", {"app.kubernetes.io/name": "other"}, "pod_not_allowed"),
+        ("llm", {}, "pod_not_allowed"),
+        ("kube-system", SERVER_LABELS, "no_rule"),
+    ],
+)
+async def test_pods_no_rule_allows_are_left_alone(
+    tmp_path: Path, namespace: str, labels: dict[str, str], reason: str
+) -> None:
+    """A pod outside the rule's namespaces, or without its labels in the API, is not touched."""
+    async with fake_kube() as fake:
+        fake.add_pod(make_pod(namespace, "vllm-0", labels=labels))
+        config = write_config(tmp_path, fake)
+        async with restarter_app(config, Clock()) as (client, restarter):
+            (decision,) = await send(client, pod_alert("vllm-0", namespace=namespace))
+            await settle(restarter)
+        assert (decision["decision"], decision["reason"]) == ("skip", reason)
+        assert fake.evicted == []
+        assert fake.deleted == []
+
+
+async def test_a_pod_without_the_named_port_is_not_confirmed_elsewhere(tmp_path: Path) -> None:
+    """No container port of the rule's name: refused, with no read of any URL from the alert."""
+    async with fake_kube() as fake:
+        fake.add_pod(make_pod("llm", "vllm-0", labels=SERVER_LABELS, port_name="grpc"))
+        config = write_config(tmp_path, fake)
+        async with restarter_app(config, Clock()) as (client, _):
+            (decision,) = await send(client, pod_alert("vllm-0"))
+        assert decision["reason"] == "no_metrics_port"
+
+
+async def test_a_group_member_restarts_its_whole_group_through_the_leader(tmp_path: Path) -> None:
+    """An alert about a LeaderWorkerSet worker evicts the group's leader, never the worker."""
+    async with running_simulator() as sim, fake_kube() as fake:
+        sim.apply_fault("freeze")
+        for worker in range(3):
+            name = "big-0" if worker == 0 else f"big-0-{worker}"
+            labels = {**SERVER_LABELS, LWS_NAME: "big", LWS_GROUP: "0", LWS_WORKER: str(worker)}
+            fake.add_pod(make_pod("llm", name, labels=labels, port=sim_port(sim)))
+        other = {**SERVER_LABELS, LWS_NAME: "big", LWS_GROUP: "1", LWS_WORKER: "0"}
+        fake.add_pod(make_pod("llm", "big-1", labels=other))
+        config = write_config(tmp_path, fake)
+        async with restarter_app(config, Clock()) as (client, restarter):
+            (decision,) = await send(client, pod_alert("big-0-2"))
+            await settle(restarter)
+        assert (decision["target"], decision["decision"]) == ("llm/big-group-0", "restart")
+        assert fake.evicted == [("llm", "big-0")]
+        assert sorted(name for _, name in fake.pods) == ["big-1"]
+
+
+async def test_rollout_restart_patches_the_deployments_template(tmp_path: Path) -> None:
+    """Mode rollout_restart finds the Deployment through the ReplicaSet and merge-patches it."""
+    async with running_simulator() as sim, fake_kube() as fake:
+        sim.apply_fault("freeze")
+        fake.add_replicaset("llm", "vllm-7d9f", "vllm")
+        fake.add_workload("deployments", "llm", "vllm")
+        pod = make_pod(
+            "llm",
+            "vllm-7d9f-x",
+            labels=SERVER_LABELS,
+            port=sim_port(sim),
+            owner=("ReplicaSet", "vllm-7d9f"),
+        )
+        fake.add_pod(pod)
+        config = write_config(tmp_path, fake, mode="rollout_restart")
+        async with restarter_app(config, Clock()) as (client, restarter):
+            await send(client, pod_alert("vllm-7d9f-x"))
+            await settle(restarter)
+            assert results(restarter) == [("llm/vllm-7d9f-x", "success")]
+        template = fake.workloads[("deployments", "llm", "vllm")]["spec"]["template"]
+        assert template["metadata"]["annotations"] == {
+            "kubectl.kubernetes.io/restartedAt": "2026-11-30T00:53:20Z"
+        }
+        assert template["spec"]["containers"][0]["name"] == "server"  # merged, not replaced
+
+
+async def test_an_action_rbac_does_not_grant_fails_with_the_apis_403(tmp_path: Path) -> None:
+    """Without pods/eviction create, the eviction is refused 403 and journaled as a failure."""
+    rules = [r for r in role_rules() if r["resources"] != ["pods/eviction"]]
+    async with running_simulator() as sim, fake_kube(rules) as fake:
+        sim.apply_fault("freeze")
+        fake.add_pod(make_pod("llm", "vllm-0", labels=SERVER_LABELS, port=sim_port(sim)))
+        config = write_config(tmp_path, fake)
+        async with restarter_app(config, Clock()) as (client, restarter):
+            await send(client, pod_alert("vllm-0"))
+            await settle(restarter)
+            (entry,) = [e for e in restarter.journal.recent(10) if e.decision == "action_result"]
+        assert (entry.reason, "403") == ("failure", entry.detail.split("answered ")[1][:3])
+        assert fake.denied == [("", "pods/eviction", "create")]
+        assert ("llm", "vllm-0") in fake.pods
+
+
+async def test_a_second_replica_takes_over_and_honours_the_first_ones_cooldown(
+    tmp_path: Path,
+) -> None:
+    """Only the Lease holder is Ready and acts; when it loses the Lease, the other takes it,
+    becomes Ready, and refuses a restart the first one's cooldown forbids."""
+    clock = Clock()
+    async with running_simulator() as sim, fake_kube() as fake:
+        sim.apply_fault("freeze")
+        fake.add_pod(make_pod("llm", "vllm-0", labels=SERVER_LABELS, port=sim_port(sim)))
+        config_a = write_config(tmp_path / "a", fake, identity="restarter-a")
+        config_b = write_config(tmp_path / "b", fake, identity="restarter-b")
+        async with (
+            restarter_app(config_a, clock) as (client_a, a),
+            restarter_app(config_b, clock) as (client_b, b),
+        ):
+            assert (await client_a.get("/-/ready")).status == 200
+            assert (await client_b.get("/-/ready")).status == 503
+            body = payload(pod_alert("vllm-0"))
+            refused = await client_b.post("/alerts", json=body, headers=AUTH)
+            assert refused.status == 503
+            await send(client_a, pod_alert("vllm-0"))
+            await settle(a)
+            assert fake.evicted == [("llm", "vllm-0")]
+            # The StatefulSet recreates the pod under its name; the first replica stops renewing.
+            fake.add_pod(make_pod("llm", "vllm-0", labels=SERVER_LABELS, port=sim_port(sim)))
+            assert a.kube is not None
+            assert a.kube.lease is not None
+            assert b.kube is not None
+            assert b.kube.lease is not None
+            await a.kube.lease.stop()
+            clock.now += 20
+            assert await b.kube.lease.step()
+            assert not await a.kube.lease.step()
+            assert (await client_b.get("/-/ready")).status == 200
+            assert (await client_a.get("/-/ready")).status == 503
+            (decision,) = await send(client_b, pod_alert("vllm-0", fingerprint="f00d0000000000b2"))
+        assert (decision["decision"], decision["reason"]) == ("skip", "cooldown")
+        assert fake.evicted == [("llm", "vllm-0")]
+        lease = fake.lease_record("stallwatch", "stallwatch-restarter")
+        assert lease["spec"]["holderIdentity"] == "restarter-b"
+        assert lease["spec"]["leaseTransitions"] == 1
+        assert "llm/vllm-0" in lease["metadata"]["annotations"]["stallwatch.io/restarts"]
+
+
+async def test_a_replica_that_lost_the_lease_does_not_act(tmp_path: Path) -> None:
+    """The fence before an action: a replica whose Lease another took is refused the action."""
+    clock = Clock()
+    async with fake_kube() as fake:
+        fake.add_pod(make_pod("llm", "vllm-0", labels=SERVER_LABELS))
+        config_a = write_config(tmp_path / "a", fake, identity="restarter-a")
+        config_b = write_config(tmp_path / "b", fake, identity="restarter-b")
+        async with (
+            restarter_app(config_a, clock) as (_, a),
+            restarter_app(config_b, clock) as (_, b),
+        ):
+            assert a.kube is not None
+            assert a.kube.lease is not None
+            assert b.kube is not None
+            assert b.kube.lease is not None
+            await a.kube.lease.stop()
+            clock.now += 20
+            assert await b.kube.lease.step()
+            result = await a.kube.actor.restart(
+                KubernetesAction(mode="delete", namespace="llm", pod="vllm-0")
+            )
+        assert result[0] == "failure"
+        assert "Lease" in result[1]
+        assert fake.deleted == []
+
+
+async def test_a_lease_written_from_a_stale_read_conflicts(tmp_path: Path) -> None:
+    """Replacing a Lease at an old resourceVersion is the API's 409, as a race between replicas."""
+    async with fake_kube() as fake:
+        api = await KubeApi.connect(KubernetesSettings(kubeconfig=str(fake.kubeconfig(tmp_path))))
+        try:
+            write = {"holder": "a", "duration": 15.0, "ledger": "[]", "taking": True}
+            await api.write_lease("stallwatch", "l", now=1.0, previous=None, **write)
+            stale = await api.lease("stallwatch", "l")
+            await api.write_lease("stallwatch", "l", now=2.0, previous=stale, **write)
+            with pytest.raises(ApiException) as raised:
+                await api.write_lease("stallwatch", "l", now=3.0, previous=stale, **write)
+        finally:
+            await api.close()
+    assert raised.value.status == 409
+
+
+async def test_the_role_grants_exactly_the_calls_the_restarter_makes(tmp_path: Path) -> None:
+    """Every kind of call (all action modes, a group, the Lease, Events) against a fake that
+    grants the shipped Role: nothing is denied, and every rule of the Role is used."""
+    rules = role_rules()
+    async with fake_kube(rules) as fake:
+        fake.add_pod(make_pod("llm", "a", labels=SERVER_LABELS))
+        fake.add_pod(make_pod("llm", "b", labels=SERVER_LABELS))
+        fake.add_pod(make_pod("llm", "s-0", labels=SERVER_LABELS, owner=("StatefulSet", "s")))
+        fake.add_workload("statefulsets", "llm", "s")
+        fake.add_replicaset("llm", "d-1", "d")
+        fake.add_workload("deployments", "llm", "d")
+        fake.add_pod(make_pod("llm", "d-1-x", labels=SERVER_LABELS, owner=("ReplicaSet", "d-1")))
+        lws = {LWS_NAME: "g", LWS_GROUP: "0"}
+        fake.add_pod(make_pod("llm", "g-0", labels={**lws, LWS_WORKER: "0"}))
+        fake.add_pod(make_pod("llm", "g-0-1", labels={**lws, LWS_WORKER: "1"}))
+        config = write_config(tmp_path, fake, identity="restarter-a")
+        async with restarter_app(config, Clock()) as (_, restarter):
+            kube = restarter.kube
+            assert kube is not None
+            actor = PodRestarter(kube.api)
+            for mode, pod in [
+                ("evict", "a"),
+                ("delete", "b"),
+                ("rollout_restart", "s-0"),
+                ("rollout_restart", "d-1-x"),
+                ("delete", "g-0-1"),
+            ]:
+                action = KubernetesAction(mode=mode, namespace="llm", pod=pod)  # type: ignore[arg-type]
+                assert (await actor.restart(action))[0] == "success", (mode, pod)
+            await kube.api.event(("llm", "a"), "StallwatchRestart", "ok", warning=False, at=1)
+            assert kube.lease is not None
+            assert await kube.lease.step()  # a renewal: get and update
+    assert fake.denied == []
+    assert set(fake.calls) == granted(rules)

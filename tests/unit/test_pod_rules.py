@@ -1,0 +1,126 @@
+"""Allow-rules, pods read from the API, and LeaderWorkerSet groups: the pure matching, by table."""
+
+from __future__ import annotations
+
+import pytest
+
+from stallwatch.common.restarter_config import KubernetesAction, PodRule
+from stallwatch.core.pod_rules import (
+    LWS_GROUP,
+    LWS_NAME,
+    LWS_WORKER,
+    PodFacts,
+    PodName,
+    Refusal,
+    allowed_pod,
+    group_of,
+    metrics_url,
+    rule_for_alert,
+    target_name,
+)
+
+RULE = PodRule(
+    name="vllm",
+    namespaces=("llm-a", "llm-b"),
+    selector=(("app", "vllm"), ("tier", "serving")),
+    metrics_port="http",
+    action=KubernetesAction(),
+    alert_labels=(("severity", ("critical", "page")),),
+)
+OTHER = PodRule(
+    name="sglang",
+    namespaces=("sg",),
+    selector=(("app", "sglang"),),
+    metrics_port="metrics",
+    action=KubernetesAction(mode="delete"),
+    namespace_label="exported_namespace",
+    pod_label="exported_pod",
+)
+
+
+def pod(labels: dict[str, str], ip: str | None = "10.1.2.3", ports=(("http", 8000),)) -> PodFacts:
+    return PodFacts("llm-a", "vllm-0", labels, ip, list(ports))
+
+
+@pytest.mark.parametrize(
+    ("labels", "expected"),
+    [
+        ({"namespace": "llm-a", "pod": "p", "severity": "critical"}, ("vllm", "llm-a", "p")),
+        ({"namespace": "llm-b", "pod": "p", "severity": "page"}, ("vllm", "llm-b", "p")),
+        ({"namespace": "llm-c", "pod": "p", "severity": "critical"}, "no_rule"),
+        ({"namespace": "llm-a", "pod": "p", "severity": "warning"}, "no_rule"),
+        ({"namespace": "llm-a", "pod": "p"}, "no_rule"),
+        ({"namespace": "llm-a", "severity": "critical"}, "no_rule"),
+        ({"exported_namespace": "sg", "exported_pod": "s-1"}, ("sglang", "sg", "s-1")),
+        ({"namespace": "sg", "pod": "s-1"}, "no_rule"),
+    ],
+)
+def test_rule_for_alert(labels: dict[str, str], expected: object) -> None:
+    """An alert is allowed only by a rule that lists its namespace and accepts its labels."""
+    found = rule_for_alert((RULE, OTHER), labels)
+    if isinstance(expected, str):
+        assert isinstance(found, Refusal)
+        assert found.reason == expected
+    else:
+        assert isinstance(found, PodName)
+        assert (found.rule.name, found.namespace, found.pod) == expected
+
+
+def test_no_rules_refuse_everything() -> None:
+    """With no rule configured, no alert names a pod the restarter may touch."""
+    assert rule_for_alert((), {"namespace": "llm-a", "pod": "p"}) == Refusal(
+        "no_rule", "no allow-rule is configured"
+    )
+
+
+@pytest.mark.parametrize(
+    ("labels", "allowed"),
+    [
+        ({"app": "vllm", "tier": "serving"}, True),
+        ({"app": "vllm", "tier": "serving", "extra": "x"}, True),
+        ({"app": "vllm"}, False),
+        ({"app": "vllm", "tier": "batch"}, False),
+        ({}, False),
+    ],
+)
+def test_the_pods_own_labels_must_match_the_selector(labels: dict[str, str], allowed: bool) -> None:
+    """The selector is checked on the labels the API returned for the pod."""
+    assert (allowed_pod(RULE, pod(labels)) is None) is allowed
+
+
+@pytest.mark.parametrize(
+    ("ip", "ports", "expected"),
+    [
+        ("10.1.2.3", (("http", 8000),), "http://10.1.2.3:8000/metrics"),
+        ("fd00::7", (("grpc", 9000), ("http", 8080)), "http://[fd00::7]:8080/metrics"),
+        (None, (("http", 8000),), "no_pod_ip"),
+        ("10.1.2.3", (("grpc", 9000),), "no_metrics_port"),
+    ],
+)
+def test_metrics_url_comes_from_the_pod(ip: str | None, ports: object, expected: str) -> None:
+    """The confirmation URL is the pod's IP and its port named in the rule, or a refusal."""
+    found = metrics_url(RULE, pod({}, ip, ports))  # type: ignore[arg-type]
+    assert (found.reason if isinstance(found, Refusal) else found) == expected
+
+
+@pytest.mark.parametrize(
+    ("labels", "name", "leader"),
+    [
+        (
+            {LWS_NAME: "big", LWS_GROUP: "2", LWS_WORKER: "3"},
+            "llm-a/big-group-2",
+            "leaderworkerset.sigs.k8s.io/name=big,leaderworkerset.sigs.k8s.io/group-index=2,"
+            "leaderworkerset.sigs.k8s.io/worker-index=0",
+        ),
+        ({LWS_NAME: "big"}, "llm-a/vllm-0", None),
+        ({"app": "vllm"}, "llm-a/vllm-0", None),
+    ],
+)
+def test_group_members_share_one_target(
+    labels: dict[str, str], name: str, leader: str | None
+) -> None:
+    """A LeaderWorkerSet member is journaled as its group, whose leader is found by labels."""
+    facts = pod(labels)
+    group = group_of(facts.labels)
+    assert target_name(facts) == name
+    assert (group.leader_selector if group else None) == leader
