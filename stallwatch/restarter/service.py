@@ -21,6 +21,7 @@ from stallwatch.core.confirmation import Confirmation
 from stallwatch.core.policy import Decision, History, decide, decide_confirmed, lookback_seconds
 from stallwatch.restarter.actions import ActionOutcome, ActionRunner
 from stallwatch.restarter.confirm import confirm_stall
+from stallwatch.restarter.fleet import FleetGuard
 from stallwatch.restarter.journal import INTERRUPTED, Journal, JournalError, printable
 from stallwatch.restarter.metrics import UNCONFIGURED_TARGET, RestarterMetrics
 
@@ -79,6 +80,7 @@ class Restarter:
         self._lookback = lookback_seconds(config)
         self._session: aiohttp.ClientSession | None = None
         self._runner: ActionRunner | None = None
+        self.fleet = FleetGuard(self.journal, self.metrics, lambda: self.config, clock)
         self._close_interrupted_actions()
 
     def _close_interrupted_actions(self) -> None:
@@ -135,7 +137,10 @@ class Restarter:
             await asyncio.gather(*set(self.actions), return_exceptions=True)
 
     def _history(self, alert: Alert, now: float) -> History:
-        return self.journal.history(alert, since=now - self._lookback, dry_run=self.config.dry_run)
+        history = self.journal.history(
+            alert, since=now - self._lookback, dry_run=self.config.dry_run
+        )
+        return self.fleet.with_fleet(history, now)
 
     def _metric_target(self, alert: Alert) -> str:
         name = alert.target
@@ -150,6 +155,10 @@ class Restarter:
         is answered `journal_unwritable` and not acted on.
         """
         alerts = notification.alerts
+        try:
+            self.fleet.notice(notification)
+        except JournalError as error:  # each decision below meets the same error and says so
+            log.error("fleet state not updated: %s", error)
         outcomes: list[Decision | _Pending | None] = []
         for start in range(0, len(alerts), JUDGED_PER_COMMIT):
             batch = alerts[start : start + JUDGED_PER_COMMIT]
@@ -319,6 +328,7 @@ class Restarter:
         if self._runner is None:
             raise RuntimeError("the restarter is not started")
         started = time.monotonic()
+        started_at = self.clock()
         try:
             outcome = await self._runner.run(target)
         except asyncio.CancelledError:
@@ -330,6 +340,8 @@ class Restarter:
         finally:
             self.acting.discard(target.name)
         self._record_outcome(restart_id, target, outcome)
+        if outcome.result == "success" and target.cooldown_auto is not None:
+            await self.fleet.measure_load(self.session, restart_id, target, started_at)
 
     def _record_outcome(self, restart_id: int, target: Target, outcome: ActionOutcome) -> None:
         self.metrics.restarts.labels(target=target.name, result=outcome.result).inc()
@@ -351,6 +363,11 @@ class Restarter:
             # The restart is counted and logged above; the next start journals it interrupted.
             self.metrics.journal_errors.inc()
             log.error("the result of journal row %d was not journaled: %s", restart_id, error)
+            return
+        try:
+            self.fleet.check_breaker()
+        except JournalError as error:
+            log.error("breaker not checked after journal row %d: %s", restart_id, error)
 
     def refresh_gauges(self) -> None:
         """Budget and last-restart gauges from the journal (they survive a restart)."""
@@ -367,3 +384,4 @@ class Restarter:
         for name, at in self.journal.last_restart_times(dry_run=self.config.dry_run).items():
             if self.config.target(name) is not None:
                 self.metrics.last_restart.labels(target=name).set(at)
+        self.fleet.refresh_gauges()

@@ -26,6 +26,9 @@ CONTRACT_ALERTS = {
     "StallwatchRestartBudgetExhausted",
     "StallwatchRestarterDown",
     "StallwatchRestartAlertsUnhandled",
+    "LLMServersMassStall",
+    "StallwatchRestarterBreakerOpen",
+    "StallwatchRestarterPaused",
 }
 
 
@@ -68,6 +71,7 @@ def test_rule_file_is_valid(rule_file: Path) -> None:
 def test_rule_test_files_exist() -> None:
     """The rule tests cover the restart alerts, the alerts for people and the recording rules."""
     assert [path.name for path in RULE_TESTS] == [
+        "fleet_alerts_test.yml",
         "human_alerts_test.yml",
         "recording_test.yml",
         "restart_alerts_test.yml",
