@@ -109,6 +109,33 @@ class FleetWindow:
 
 
 @dataclass(frozen=True)
+class MassStall:
+    """More than `max_percent` % of the targets stalled at once (and at least `min_stalled`):
+    a shared cause, so restart none. A firing restart alert counts for `window` unless resolved."""
+
+    max_percent: int = 50
+    min_stalled: int = 3
+    window: float = 4500.0
+
+
+@dataclass(frozen=True)
+class Breaker:
+    """What opens the latched breaker (only an operator's `resume` closes it)."""
+
+    on_mass_stall: bool = True
+    failed_actions: int = 3  # failed actions in a row, fleet-wide; 0: never
+
+
+@dataclass(frozen=True)
+class CooldownAuto:
+    """`cooldown: auto`: factor x the target's last measured load time, within floor and max."""
+
+    floor: float = 600.0
+    factor: float = 3.0
+    max: float = 7200.0
+
+
+@dataclass(frozen=True)
 class ConfirmSettings:
     gap: float = 5.0
     timeout: float = 3.0
@@ -124,6 +151,8 @@ class Target:
     cooldown: float = 600.0
     budget: Budget = field(default_factory=Budget)
     action_timeout: float = 120.0
+    # Set by `cooldown: auto`; `cooldown` then holds its floor.
+    cooldown_auto: CooldownAuto | None = None
 
 
 @dataclass(frozen=True)
@@ -190,6 +219,8 @@ class RestarterConfig:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     rules: tuple[PodRule, ...] = ()
     kubernetes: KubernetesSettings | None = None
+    mass_stall: MassStall = field(default_factory=MassStall)
+    breaker: Breaker = field(default_factory=Breaker)
     source: str = "<memory>"
     # What the file asks for that still works but should change (deprecated keys).
     warnings: tuple[str, ...] = ()
@@ -346,6 +377,7 @@ _TARGET_KEYS = (
     "cooldown",
     "budget",
     "action_timeout",
+    "cooldown_auto",
 )
 
 
@@ -397,11 +429,17 @@ def _target(section: Section, files: _Files, warnings: list[str]) -> Target:
     keys = _ACTION_KEYS[kind] if isinstance(kind, str) else ("kind",)
     action = _action(section.section("action", keys), files, action_timeout)
     budget = section.section("budget", ("max_restarts", "window"))
+    cooldown_auto = _cooldown_auto(section)
     return Target(
         name=name,
         metrics_url=metrics_url,
         action=action,
-        cooldown=section.duration("cooldown", 600.0, zero=True),
+        cooldown=(
+            cooldown_auto.floor
+            if cooldown_auto is not None
+            else section.duration("cooldown", 600.0, zero=True)
+        ),
+        cooldown_auto=cooldown_auto,
         budget=Budget(
             max_restarts=budget.integer("max_restarts", 3, minimum=1),
             window=budget.duration("window", 3600.0),
@@ -411,6 +449,25 @@ def _target(section: Section, files: _Files, warnings: list[str]) -> Target:
 
 
 _KUBERNETES_KEYS = ("kubeconfig", "context", "lease", "events")
+
+
+def _cooldown_auto(section: Section) -> CooldownAuto | None:
+    """`cooldown: auto` (with optional `cooldown_auto: {floor, factor, max}`), else None."""
+    auto = section.section("cooldown_auto", ("floor", "factor", "max"))
+    if section.raw("cooldown") != "auto":
+        if section.has("cooldown_auto"):
+            raise section.error("cooldown_auto", "only goes with cooldown: auto")
+        return None
+    floor = auto.duration("floor", 600.0, zero=True)
+    ceiling = auto.duration("max", 7200.0)
+    if ceiling < floor:
+        raise auto.error("max", "must not be shorter than floor")
+    factor = auto.raw("factor", 3.0)
+    if isinstance(factor, bool) or not isinstance(factor, int | float) or not 1 <= factor <= 100:
+        raise auto.error("factor", f"expected a number from 1 to 100, got {factor!r}")
+    return CooldownAuto(floor=floor, factor=float(factor), max=ceiling)
+
+
 _TOP_KEYS = (
     "listen",
     "token_file",
@@ -424,6 +481,8 @@ _TOP_KEYS = (
     "max_in_flight",
     "fleet_window",
     "max_body_bytes",
+    "mass_stall",
+    "breaker",
     "targets",
     "rules",
     "kubernetes",
@@ -546,6 +605,11 @@ def restarter_config_from_mapping(data: object, source: str, base_dir: Path) -> 
         raise top.error("tls_cert_file", "tls_cert_file and tls_key_file go together")
     confirm = top.section("confirm", ("gap", "timeout", "idle_confirms", "hung_confirms"))
     fleet = top.section("fleet_window", ("max_targets", "window"))
+    mass = top.section("mass_stall", ("max_percent", "min_stalled", "window"))
+    breaker = top.section("breaker", ("on_mass_stall", "failed_actions"))
+    max_percent = mass.integer("max_percent", 50, minimum=1)
+    if max_percent > 100:
+        raise mass.error("max_percent", "expected a percentage from 1 to 100 (100: never)")
     config = RestarterConfig(
         targets=(),
         journal=files.journal(top, "journal"),
@@ -568,6 +632,15 @@ def restarter_config_from_mapping(data: object, source: str, base_dir: Path) -> 
             window=fleet.duration("window", 900.0),
         ),
         max_body_bytes=top.integer("max_body_bytes", DEFAULT_MAX_BODY_BYTES, minimum=1024),
+        mass_stall=MassStall(
+            max_percent=max_percent,
+            min_stalled=mass.integer("min_stalled", 3, minimum=1),
+            window=mass.duration("window", 4500.0),
+        ),
+        breaker=Breaker(
+            on_mass_stall=breaker.boolean("on_mass_stall", True),
+            failed_actions=breaker.integer("failed_actions", 3),
+        ),
         source=source,
     )
     targets: list[Target] = []

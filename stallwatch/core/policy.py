@@ -1,27 +1,33 @@
 """Whether a firing alert may restart its target: the restart policy, as pure code.
 
 `decide` runs the cheap checks in order (restart alert, target label, allow-list, duplicate,
-cooldown, budget, fleet limits) against a `History` read from the journal. Only when they
-all pass does the caller spend two reads of the target on a confirmation, then
-`decide_confirmed` runs the checks again and `with_confirmation` turns the reads into the
-final decision (confirmed, then dry run).
+pause, breaker, mass stall, cooldown, budget, fleet limits) against a `History` read from the
+journal. Only when they all pass does the caller spend two reads of the target on a
+confirmation, then `decide_confirmed` runs the checks again and `with_confirmation` turns
+the reads into the final decision (confirmed, then dry run).
 No I/O and no clock: `now` is passed in.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Literal, get_args
 
 from stallwatch.common.restarter_config import RestarterConfig
 from stallwatch.core.alerts import Alert
 from stallwatch.core.confirmation import Confirmation
+from stallwatch.core.fleet import Controls, cooldown_seconds, longest_cooldown, mass_stall
 
 SkipReason = Literal[
     "not_restart_alert",
     "no_target_label",
     "unknown_target",
     "duplicate",
+    "paused",
+    "breaker_open",
+    "mass_stall",
     "cooldown",
     "budget_exhausted",
     "fleet_in_flight",
@@ -91,17 +97,25 @@ class History:
 
     `restarts`: every target's restarts decided since the longest window the policy looks at.
     `same_alert`: earlier decisions about this alert's fingerprint and startsAt.
+    `stalled`: the targets with a firing restart alert now (seen, not resolved).
+    `covered`: how many targets the mass-stall percentage is taken of (0: the config's count).
+    `controls`: the breaker and the pause switch.
+    `load_seconds`: each target's last measured model-load time (for `cooldown: auto`).
     """
 
     restarts: tuple[PastRestart, ...] = ()
     same_alert: tuple[PastDecision, ...] = ()
+    stalled: frozenset[str] = frozenset()
+    covered: int = 0
+    controls: Controls = field(default_factory=Controls)
+    load_seconds: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
 
 
 def lookback_seconds(config: RestarterConfig) -> float:
     """How far back the journal must be read for `decide` to see everything it uses."""
     spans = [config.fleet_window.window]
     for target in config.targets:
-        spans += [target.cooldown, target.budget.window, target.action_timeout]
+        spans += [longest_cooldown(target), target.budget.window, target.action_timeout]
     return max(spans)
 
 
@@ -141,10 +155,13 @@ def decide(alert: Alert, config: RestarterConfig, history: History, now: float) 
                 f"this alert was refused by confirmation ({past.reason}) "
                 f"{now - past.decided_at:.0f} s ago; not re-checked within the cooldown",
             )
+    fleet_refusal = _fleet_refusal(config, history, now)
+    if fleet_refusal is not None:
+        return fleet_refusal
     own = [past for past in history.restarts if past.target == target.name]
     if own:
         last = max(own, key=lambda past: past.settled_at)
-        remaining = last.settled_at + target.cooldown - now
+        remaining = last.settled_at + cooldown_seconds(target, history.load_seconds) - now
         if remaining > 0:
             return _skip(
                 "cooldown", f"restarted {now - last.decided_at:.0f} s ago; {remaining:.0f} s left"
@@ -177,6 +194,28 @@ def decide(alert: Alert, config: RestarterConfig, history: History, now: float) 
             "a stall on many servers at once points at the network or the exporter",
         )
     return Decision("restart", CHECKS_PASSED, "cheap checks passed; confirmation needed")
+
+
+def _fleet_refusal(config: RestarterConfig, history: History, now: float) -> Decision | None:
+    """Pause, breaker, mass stall: the fleet-wide refusals, whatever the target's own record."""
+    controls = history.controls
+    paused_until = controls.paused_until
+    if paused_until is not None and now < paused_until:
+        until = (
+            "until resumed" if paused_until == float("inf") else f"{paused_until - now:.0f} s more"
+        )
+        return _skip("paused", f"restarts are paused ({until}): {controls.pause_detail}")
+    opened_at = controls.breaker_opened_at
+    if opened_at is not None:
+        return _skip(
+            "breaker_open",
+            f"the breaker opened {now - opened_at:.0f} s ago ({controls.breaker_detail}); "
+            "it stays open until an operator resumes",
+        )
+    why = mass_stall(config, history.stalled, history.covered or len(config.targets))
+    if why is not None:
+        return _skip("mass_stall", why)
+    return None
 
 
 def with_confirmation(

@@ -22,7 +22,7 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import Gauge
 
-from stallwatch.common.config import ConfigError
+from stallwatch.common.config import ConfigError, parse_duration
 from stallwatch.common.config_files import load_restarter_config
 from stallwatch.common.restarter_config import RestarterConfig
 from stallwatch.core.alerts import PayloadError, parse_notification
@@ -138,6 +138,33 @@ async def handle_reload(request: web.Request) -> web.StreamResponse:
     if error is not None:
         return _error(400, f"reload refused, the running config is kept: {error}")
     return web.json_response({"status": "ok", "targets": len(reloader.restarter.config.targets)})
+
+
+async def handle_pause(request: web.Request) -> web.StreamResponse:
+    """`POST /-/pause?for=2h&reason=...`: no restarts until resumed or until the time is up."""
+    restarter = request.app[RESTARTER_KEY]
+    if not authorized(restarter.config, request):
+        return _error(401, "missing or wrong bearer token")
+    duration: float | None = None
+    if "for" in request.query:
+        try:
+            duration = parse_duration(request.query["for"])
+        except ValueError as error:
+            return _error(400, f"for: {error}")
+        if duration <= 0:
+            return _error(400, "for: must be longer than zero")
+    reason = request.query.get("reason", "paused over HTTP")[:500]
+    restarter.fleet.pause(duration, reason)
+    return web.json_response({"status": "ok", "paused": True, "for_seconds": duration})
+
+
+async def handle_resume(request: web.Request) -> web.StreamResponse:
+    """`POST /-/resume`: close the breaker and end any pause."""
+    restarter = request.app[RESTARTER_KEY]
+    if not authorized(restarter.config, request):
+        return _error(401, "missing or wrong bearer token")
+    restarter.fleet.resume(request.query.get("reason", "resumed over HTTP")[:500])
+    return web.json_response({"status": "ok", "paused": False, "breaker_open": False})
 
 
 def _error(status: int, message: str) -> web.Response:
@@ -299,6 +326,8 @@ def build_app(
     app.router.add_get("/metrics", handle_metrics)
     app.router.add_get("/-/healthy", handle_healthy)
     app.router.add_get("/-/ready", handle_ready)
+    app.router.add_post("/-/pause", handle_pause)
+    app.router.add_post("/-/resume", handle_resume)
     if config_path is not None:
         app[RELOADER_KEY] = ConfigReloader(restarter, config_path, clock)
         app.router.add_post("/-/reload", handle_reload)

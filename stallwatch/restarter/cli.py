@@ -9,6 +9,7 @@ import json
 import signal
 import sqlite3
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ import aiohttp
 
 from stallwatch import USER_AGENT
 from stallwatch.common.cli import add_service_arguments, setup_logging
-from stallwatch.common.config import ConfigError
+from stallwatch.common.config import ConfigError, parse_duration
 from stallwatch.common.config_files import load_restarter_config as load_config
 from stallwatch.common.restarter_config import RestarterConfig
 from stallwatch.exporter.fetch import read_metrics
@@ -81,6 +82,33 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         "(a command's whole output, newlines included, is one field)",
     )
     journal.set_defaults(handler=run_journal)
+    pause = commands.add_parser(
+        "pause",
+        help="pause restarts (maintenance) until resumed or for a while; written to the journal",
+        description="Write a pause into the journal named in the config: the running restarter "
+        "restarts nothing until `resume` (or until --for has passed). Survives its restarts.",
+    )
+    resume = commands.add_parser(
+        "resume",
+        help="close the latched breaker and end a pause; written to the journal",
+        description="Write a resume into the journal named in the config: the breaker closes "
+        "and any pause ends. Resume once the cause of a mass stall or of failed actions is fixed.",
+    )
+    for command in (pause, resume):
+        command.add_argument(
+            "--config",
+            dest="control_config",
+            type=Path,
+            metavar="FILE",
+            required=True,
+            help="YAML config file (its `journal` path is written)",
+        )
+        command.add_argument("--reason", default="", help="why, for the journal")
+    pause.add_argument(
+        "--for", dest="pause_for", metavar="DURATION", help="e.g. 2h (default: until resumed)"
+    )
+    pause.set_defaults(handler=run_control, control="paused")
+    resume.set_defaults(handler=run_control, control="resumed")
 
 
 def _load(path: Path) -> RestarterConfig | None:
@@ -220,6 +248,42 @@ def format_table(entries: list[JournalEntry]) -> str:
         + row[-1]
         for row in rows
     )
+
+
+def run_control(args: argparse.Namespace) -> int:
+    """`pause` / `resume`: one control row in the journal; the restarter reads it at once."""
+    config = _load(args.control_config)
+    if config is None:
+        return 1
+    duration: float | None = None
+    if args.control == "paused" and args.pause_for is not None:
+        try:
+            duration = parse_duration(args.pause_for)
+        except ValueError as error:
+            print(f"--for: {error}", file=sys.stderr)
+            return 2
+        if duration <= 0:
+            print("--for: must be longer than zero", file=sys.stderr)
+            return 2
+    reason = args.reason or f"{args.control} from the command line"
+    try:
+        journal = Journal.open(config.journal)
+    except JournalError as error:
+        print(error, file=sys.stderr)
+        return 1
+    try:
+        journal.record_control(args.control, reason, time.time(), duration=duration)
+    except JournalError as error:
+        print(error, file=sys.stderr)
+        return 1
+    finally:
+        journal.close()
+    if args.control == "resumed":
+        print(f"resumed: breaker closed and pause ended (journal {config.journal})")
+    else:
+        length = "until resumed" if duration is None else f"for {args.pause_for}"
+        print(f"paused {length} (journal {config.journal})")
+    return 0
 
 
 def run_journal(args: argparse.Namespace) -> int:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from stallwatch.core.alerts import Alert
+from stallwatch.core.fleet import CONTROL_KINDS, ControlEvent, ControlKind
 from stallwatch.core.policy import Decision, History, PastDecision, PastRestart
 
 # The rows the duplicate rule reads: restarts (dry-run ones too) and refusals by confirmation.
@@ -29,11 +30,13 @@ CREATE TABLE IF NOT EXISTS journal (
     alertname TEXT NOT NULL,
     fingerprint TEXT NOT NULL,
     starts_at TEXT NOT NULL,
-    decision TEXT NOT NULL,          -- restart | skip | resolved | action_result
-    reason TEXT NOT NULL,            -- skip reason; on action_result rows the result
+    decision TEXT NOT NULL,          -- restart | skip | resolved | action_result | control
+                                     -- | load_measured
+    reason TEXT NOT NULL,            -- skip reason; on action_result rows the result;
+                                     -- on control rows breaker_open | paused | resumed
     detail TEXT NOT NULL,
     result TEXT,                     -- action_result rows: success|failure|timeout|interrupted
-    duration_seconds REAL,           -- action_result rows
+    duration_seconds REAL,           -- action_result and load_measured rows; a pause's length
     restart_id INTEGER,              -- action_result rows: the restart row they finish
     receiver TEXT NOT NULL DEFAULT '',
     external_url TEXT NOT NULL DEFAULT ''
@@ -313,6 +316,110 @@ class Journal:
                 {"dry_run": dry_run},
             ).fetchall()
         return {target: time for target, time in rows}
+
+    def record_control(
+        self, kind: ControlKind, detail: str, now: float, *, duration: float | None = None
+    ) -> int:
+        """Write a control row: the breaker opened, a pause began, or an operator resumed."""
+        if kind not in CONTROL_KINDS:
+            raise ValueError(f"unknown control {kind!r}")
+        return self._insert(
+            {
+                "time": now,
+                "target": "",
+                "alertname": "",
+                "fingerprint": "",
+                "starts_at": "",
+                "decision": "control",
+                "reason": kind,
+                "detail": detail,
+                "duration_seconds": duration,
+            }
+        )
+
+    def controls(self) -> tuple[ControlEvent, ...]:
+        """The control rows since the latest `resumed` (that one included), oldest first."""
+        with self._guard("read"):
+            rows = self._db.execute(
+                "SELECT reason, time, detail, duration_seconds FROM journal "
+                "WHERE decision = 'control' AND id >= COALESCE((SELECT MAX(id) FROM journal "
+                "WHERE decision = 'control' AND reason = 'resumed'), 0) ORDER BY id"
+            ).fetchall()
+        return tuple(
+            ControlEvent(kind, time, detail, duration)
+            for kind, time, detail, duration in rows
+            if kind in CONTROL_KINDS
+        )
+
+    def failed_actions_in_a_row(self, limit: int) -> int:
+        """How many of the latest action results since the last resume failed, newest first,
+        up to the first success (interrupted ones, cut short by the restarter's own stop,
+        are left out), counting at most `limit`."""
+        with self._guard("read"):
+            rows = self._db.execute(
+                "SELECT result FROM journal WHERE decision = 'action_result' "
+                "AND result != :interrupted AND id > COALESCE((SELECT MAX(id) FROM journal "
+                "WHERE decision = 'control' AND reason = 'resumed'), 0) "
+                "ORDER BY id DESC LIMIT :limit",
+                {"interrupted": INTERRUPTED, "limit": limit},
+            ).fetchall()
+        failed = 0
+        for (result,) in rows:
+            if result == "success":
+                break
+            failed += 1
+        return failed
+
+    def stalled_targets(self, since: float, alertnames: tuple[str, ...]) -> frozenset[str]:
+        """Targets with a restart alert whose latest row since `since` is a firing one (a
+        decision about it), not `resolved`: the servers stalled now, as far as alerts tell."""
+        if not alertnames:
+            return frozenset()
+        marks = ", ".join("?" for _ in alertnames)
+        with self._guard("read"):
+            rows = self._db.execute(
+                "SELECT j.target, j.decision FROM journal j "
+                f"WHERE j.time > ? AND j.alertname IN ({marks}) AND j.target != '' "
+                "AND j.decision IN ('restart', 'skip', 'resolved') "
+                "AND j.id = (SELECT MAX(k.id) FROM journal k WHERE k.fingerprint = j.fingerprint "
+                "AND k.target = j.target AND k.decision IN ('restart', 'skip', 'resolved'))",
+                (since, *alertnames),
+            ).fetchall()
+        return frozenset(target for target, decision in rows if decision != "resolved")
+
+    def record_load_time(self, restart_id: int, seconds: float, now: float) -> int:
+        """Write how long the target restarted by row `restart_id` took to serve metrics again."""
+        with self._guard("read a row"):
+            row = self._db.execute(
+                "SELECT target, alertname, fingerprint, starts_at FROM journal WHERE id = ?",
+                (restart_id,),
+            ).fetchone()
+        if row is None:
+            raise KeyError(f"no journal row {restart_id}")
+        target, alertname, fingerprint, starts_at = row
+        return self._insert(
+            {
+                "time": now,
+                "target": target,
+                "alertname": alertname,
+                "fingerprint": fingerprint,
+                "starts_at": starts_at,
+                "decision": "load_measured",
+                "reason": "ready",
+                "detail": f"first read with engine metrics {seconds:.0f} s after the restart",
+                "duration_seconds": seconds,
+                "restart_id": restart_id,
+            }
+        )
+
+    def load_times(self) -> dict[str, float]:
+        """Each target's latest measured model-load time."""
+        with self._guard("read"):
+            rows = self._db.execute(
+                "SELECT target, duration_seconds FROM journal WHERE id IN (SELECT MAX(id) "
+                "FROM journal WHERE decision = 'load_measured' GROUP BY target)"
+            ).fetchall()
+        return {target: seconds for target, seconds in rows}
 
     def recent(self, limit: int, *, target: str | None = None) -> list[JournalEntry]:
         """The latest `limit` rows (of `target` only, if given), newest first."""

@@ -81,6 +81,28 @@ class RestarterMetrics:
             ["lease"],
             registry=self.registry,
         )
+        self.breaker_open = Gauge(
+            "stallwatch_restarter_breaker_open",
+            "1 while the latched breaker is open (no restarts until an operator resumes).",
+            registry=self.registry,
+        )
+        self.paused = Gauge(
+            "stallwatch_restarter_paused",
+            "1 while restarts are paused for maintenance.",
+            registry=self.registry,
+        )
+        self.stalled_targets = Gauge(
+            "stallwatch_restarter_stalled_targets",
+            "Targets with a firing restart alert the restarter has seen and not seen resolved.",
+            registry=self.registry,
+        )
+        self.load_seconds = Gauge(
+            "stallwatch_restarter_model_load_seconds",
+            "The target's last measured time from a restart to its first read with engine "
+            "metrics (cooldown: auto).",
+            ["target"],
+            registry=self.registry,
+        )
         build_info = Gauge(
             "stallwatch_restarter_build_info",
             "The restarter's version.",

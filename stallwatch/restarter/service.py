@@ -23,6 +23,7 @@ from stallwatch.core.lease import merge_restarts
 from stallwatch.core.policy import Decision, History, decide, decide_confirmed, lookback_seconds
 from stallwatch.restarter.actions import ActionOutcome, ActionRunner
 from stallwatch.restarter.confirm import confirm_stall
+from stallwatch.restarter.fleet import FleetGuard
 from stallwatch.restarter.journal import INTERRUPTED, Journal, JournalError, printable
 from stallwatch.restarter.metrics import UNCONFIGURED_TARGET, RestarterMetrics
 
@@ -87,6 +88,7 @@ class Restarter:
         # On Kubernetes (set up on start): pod targets, the Lease, Events.
         self.kube: KubeSide | None = None
         self._refusals: dict[tuple[str, str], Decision] = {}
+        self.fleet = FleetGuard(self.journal, self.metrics, lambda: self.config, clock)
         self._close_interrupted_actions()
 
     def _close_interrupted_actions(self) -> None:
@@ -162,6 +164,7 @@ class Restarter:
         history = self.journal.history(
             alert, since=now - self._lookback, dry_run=self.config.dry_run
         )
+        history = self.fleet.with_fleet(history, now)
         if self.kube is None:
             return history
         # Restarts an earlier Lease holder decided count as if this replica had.
@@ -185,6 +188,10 @@ class Restarter:
             self._refusals.update(refusals)
             self.apply(self.kube.config)
         alerts = notification.alerts
+        try:
+            self.fleet.notice(notification)
+        except JournalError as error:  # each decision below meets the same error and says so
+            log.error("fleet state not updated: %s", error)
         outcomes: list[Decision | _Pending | None] = []
         for start in range(0, len(alerts), JUDGED_PER_COMMIT):
             batch = alerts[start : start + JUDGED_PER_COMMIT]
@@ -359,6 +366,7 @@ class Restarter:
         if self._runner is None:
             raise RuntimeError("the restarter is not started")
         started = time.monotonic()
+        started_at = self.clock()
         try:
             outcome = await self._runner.run(target)
         except asyncio.CancelledError:
@@ -370,6 +378,8 @@ class Restarter:
         finally:
             self.acting.discard(target.name)
         self._record_outcome(restart_id, target, outcome)
+        if outcome.result == "success" and target.cooldown_auto is not None:
+            await self.fleet.measure_load(self.session, restart_id, target, started_at)
 
     def _record_outcome(self, restart_id: int, target: Target, outcome: ActionOutcome) -> None:
         if self.kube is not None:
@@ -393,6 +403,11 @@ class Restarter:
             # The restart is counted and logged above; the next start journals it interrupted.
             self.metrics.journal_errors.inc()
             log.error("the result of journal row %d was not journaled: %s", restart_id, error)
+            return
+        try:
+            self.fleet.check_breaker()
+        except JournalError as error:
+            log.error("breaker not checked after journal row %d: %s", restart_id, error)
 
     def refresh_gauges(self) -> None:
         """Budget and last-restart gauges from the journal (they survive a restart)."""
@@ -409,3 +424,4 @@ class Restarter:
         for name, at in self.journal.last_restart_times(dry_run=self.config.dry_run).items():
             if self.config.target(name) is not None:
                 self.metrics.last_restart.labels(target=name).set(at)
+        self.fleet.refresh_gauges()

@@ -208,6 +208,8 @@ async def test_systemd_runs_systemctl_restart_unit(
                 target_entry("gpu3", fake.url, {"kind": "systemd", "unit": "broken.service"}),
             ],
             fleet_window={"max_targets": 5, "window": "15m"},
+            # Three of three stalled on purpose here: not the mass stall that rule is for.
+            mass_stall={"max_percent": 100},
         )
         async with running_restarter(config) as (client, restarter):
             results = []

@@ -117,6 +117,8 @@ async def test_fleet_window_limit(tmp_path: Path) -> None:
             [marker_target(f"gpu{n}", fake.url, marker) for n in (1, 2, 3)],
             fleet_window={"max_targets": 2, "window": "15m"},
             max_in_flight=3,
+            # Three of three stalled unresolved is a mass stall; this test is about the window.
+            mass_stall={"max_percent": 100},
         )
         async with running_restarter(config) as (client, restarter):
             reasons = []

@@ -289,13 +289,16 @@ async def test_healthy_and_metrics_names(tmp_path: Path) -> None:
         "stallwatch_restarter_last_restart_timestamp_seconds",
         "stallwatch_restarter_build_info",
         "stallwatch_restarter_journal_errors_total",
+        "stallwatch_restarter_breaker_open",
+        "stallwatch_restarter_paused",
+        "stallwatch_restarter_stalled_targets",
     }
     assert 'stallwatch_restarter_restarts_total{result="success",target="gpu1"} 1.0' in text
     assert 'stallwatch_restarter_skips_total{reason="duplicate",target="gpu1"} 1.0' in text
     assert 'stallwatch_restarter_webhook_requests_total{code="200"} 2.0' in text
     assert 'stallwatch_restarter_budget_exhausted{target="gpu1"} 0.0' in text
     assert set(RESULTS) == {"success", "failure", "timeout"}
-    assert len(SKIP_REASONS) == 13
+    assert len(SKIP_REASONS) == 16
 
 
 async def test_journal_endpoint_validates_limit(tmp_path: Path) -> None:

@@ -13,9 +13,12 @@ import yaml
 from stallwatch.common.config import ConfigError
 from stallwatch.common.config_files import load_restarter_config as load_config
 from stallwatch.common.restarter_config import (
+    Breaker,
     CommandAction,
+    CooldownAuto,
     DockerAction,
     HttpAction,
+    MassStall,
     SystemdAction,
 )
 
@@ -58,6 +61,14 @@ INVALID: dict[str, str] = {
     ),
     "journal-directory": "journal: {here} is a directory, not a journal file",
     "journal-parent-file": "journal: {here}/valid-restarter-full.yml is a file, not a directory",
+    "mass-stall-percent": (
+        "mass_stall.max_percent: expected a percentage from 1 to 100 (100: never)"
+    ),
+    "cooldown-auto-alone": "targets[0].cooldown_auto: only goes with cooldown: auto",
+    "cooldown-auto-factor": (
+        "targets[0].cooldown_auto.factor: expected a number from 1 to 100, got 0.5"
+    ),
+    "cooldown-auto-max": "targets[0].cooldown_auto.max: must not be shorter than floor",
     "listen": "listen: expected host:port, e.g. 127.0.0.1:9732, got 'localhost'",
     "metrics-url-ipv6": (
         "targets[0].metrics_url: not a valid URL (Invalid IPv6 URL): 'http://[::1/metrics'"
@@ -77,13 +88,13 @@ INVALID: dict[str, str] = {
     "tls-half": "tls_cert_file: tls_cert_file and tls_key_file go together",
     "token-missing": "token_file: file not found: absent.token",
     "unknown-key": (
-        "colour: unknown key (known keys: confirm, dry_run, fleet_window, insecure_no_auth, "
-        "journal, kubernetes, listen, max_body_bytes, max_in_flight, restart_alerts, rules, "
-        "targets, tls_cert_file, tls_key_file, token_file)"
+        "colour: unknown key (known keys: breaker, confirm, dry_run, fleet_window, "
+        "insecure_no_auth, journal, kubernetes, listen, mass_stall, max_body_bytes, "
+        "max_in_flight, restart_alerts, rules, targets, tls_cert_file, tls_key_file, token_file)"
     ),
     "unknown-target-key": (
         "targets[0].cooldwn: unknown key (known keys: action, action_timeout, budget, cooldown, "
-        "metrics_path, metrics_url, name, url)"
+        "cooldown_auto, metrics_path, metrics_url, name, url)"
     ),
 }
 
@@ -151,6 +162,22 @@ def test_defaults(tmp_path: Path) -> None:
     assert (target.cooldown, target.action_timeout) == (600.0, 120.0)
     assert (target.budget.max_restarts, target.budget.window) == (3, 3600.0)
     assert target.action == CommandAction(argv=("true",))
+    assert target.cooldown_auto is None
+    assert config.mass_stall == MassStall(max_percent=50, min_stalled=3, window=4500.0)
+    assert config.breaker == Breaker(on_mass_stall=True, failed_actions=3)
+
+
+def test_cooldown_auto_parses_with_its_defaults_and_overrides(tmp_path: Path) -> None:
+    """`cooldown: auto` keeps its floor in `cooldown`; `cooldown_auto` overrides its settings."""
+    document = minimal()
+    document["targets"][0]["cooldown"] = "auto"
+    target = load_config(write_config(tmp_path, document)).targets[0]
+    assert target.cooldown_auto == CooldownAuto(floor=600.0, factor=3.0, max=7200.0)
+    assert target.cooldown == 600.0
+    document["targets"][0]["cooldown_auto"] = {"floor": "2m", "factor": 2, "max": "1h"}
+    target = load_config(write_config(tmp_path, document)).targets[0]
+    assert target.cooldown_auto == CooldownAuto(floor=120.0, factor=2.0, max=3600.0)
+    assert target.cooldown == 120.0
 
 
 def test_every_action_kind_parses(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from types import MappingProxyType
 
 import pytest
 
@@ -10,12 +11,14 @@ from stallwatch.common.restarter_config import (
     Budget,
     CommandAction,
     ConfirmSettings,
+    CooldownAuto,
     FleetWindow,
     RestarterConfig,
     Target,
 )
 from stallwatch.core.alerts import Alert
 from stallwatch.core.confirmation import Confirmation, judge_reads
+from stallwatch.core.fleet import Controls
 from stallwatch.core.policy import (
     CHECKS_PASSED,
     CONFIRMED,
@@ -46,8 +49,9 @@ def target(name: str) -> Target:
     )
 
 
+AUTO = replace(target("gpu5"), cooldown_auto=CooldownAuto(floor=600.0, factor=3.0, max=7200.0))
 CONFIG = RestarterConfig(
-    targets=(target("gpu1"), target("gpu2"), target("gpu3"), target("gpu4")),
+    targets=(target("gpu1"), target("gpu2"), target("gpu3"), target("gpu4"), AUTO),
     journal="journal.sqlite",
     token="secret",
     confirm=ConfirmSettings(gap=0.1, timeout=1.0),
@@ -112,6 +116,45 @@ CHEAP_CASES: list[tuple[str, Alert, History, str]] = [
         "fleet_in_flight",
     ),
     (
+        "paused for maintenance",
+        alert(),
+        History(controls=Controls(paused_until=NOW + 60, pause_detail="upgrade")),
+        "paused",
+    ),
+    (
+        "paused until resumed",
+        alert(),
+        History(controls=Controls(paused_until=float("inf"))),
+        "paused",
+    ),
+    (
+        "the breaker is open",
+        alert(),
+        History(controls=Controls(breaker_opened_at=NOW - 600, breaker_detail="mass stall")),
+        "breaker_open",
+    ),
+    (
+        "three of the five configured targets stalled at once",
+        alert(),
+        History(stalled=frozenset({"gpu1", "gpu2", "gpu3"})),
+        "mass_stall",
+    ),
+    (
+        "three of four covered targets stalled at once (a rule covers four)",
+        alert(),
+        History(stalled=frozenset({"gpu1", "gpu2", "gpu3"}), covered=4),
+        "mass_stall",
+    ),
+    (
+        "cooldown auto follows the measured load time (3 x 300 s)",
+        alert(target_name="gpu5"),
+        History(
+            restarts=(restarted("gpu5", 800),),
+            load_seconds=MappingProxyType({"gpu5": 300.0}),
+        ),
+        "cooldown",
+    ),
+    (
         "two other targets restarted in the fleet window",
         alert(),
         History(restarts=(restarted("gpu2", 600), restarted("gpu3", 300))),
@@ -167,6 +210,32 @@ PASSING_CASES: list[tuple[str, Alert, History]] = [
         "skipped decisions about the same alert are not acted ones",
         alert(),
         History(same_alert=(PastDecision(NOW - 5, "skip", "cooldown"),)),
+    ),
+    ("a pause that has ended", alert(), History(controls=Controls(paused_until=NOW - 1))),
+    (
+        "half the fleet stalled is not more than half",
+        alert(),
+        History(stalled=frozenset({"gpu1", "gpu2", "gpu3"}), covered=6),
+    ),
+    (
+        "fewer stalled than min_stalled, however large the share",
+        alert(),
+        History(stalled=frozenset({"gpu1", "gpu2"}), covered=2),
+    ),
+    (
+        "three of eight covered targets stalled",
+        alert(),
+        History(stalled=frozenset({"gpu1", "gpu2", "gpu3"}), covered=8),
+    ),
+    (
+        "cooldown auto with no measurement uses its floor (10 min)",
+        alert(target_name="gpu5"),
+        History(restarts=(restarted("gpu5", 800),)),
+    ),
+    (
+        "cooldown auto with a short load time uses its floor",
+        alert(target_name="gpu5"),
+        History(restarts=(restarted("gpu5", 800),), load_seconds=MappingProxyType({"gpu5": 60.0})),
     ),
 ]
 
@@ -273,7 +342,8 @@ def test_every_skip_reason_is_covered_by_the_tables() -> None:
 
 def test_lookback_spans_every_window() -> None:
     """The journal is read far enough back for the longest window in the config."""
-    assert lookback_seconds(CONFIG) == 3600.0
+    assert lookback_seconds(replace(CONFIG, targets=CONFIG.targets[:4])) == 3600.0
+    assert lookback_seconds(CONFIG) == 7200.0  # the longest auto cooldown
     longer = replace(CONFIG, fleet_window=FleetWindow(max_targets=2, window=7200.0))
     assert lookback_seconds(longer) == 7200.0
 

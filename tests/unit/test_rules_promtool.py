@@ -26,6 +26,9 @@ CONTRACT_ALERTS = {
     "StallwatchRestartBudgetExhausted",
     "StallwatchRestarterDown",
     "StallwatchRestartAlertsUnhandled",
+    "LLMServersMassStall",
+    "StallwatchRestarterBreakerOpen",
+    "StallwatchRestarterPaused",
 }
 
 
@@ -70,6 +73,7 @@ def test_rule_test_files_exist() -> None:
     assert [path.name for path in RULE_TESTS] == [
         "fleet_alerts_test.yml",
         "human_alerts_test.yml",
+        "mass_stall_alerts_test.yml",
         "recording_test.yml",
         "restart_alerts_test.yml",
         "restarter_alerts_test.yml",

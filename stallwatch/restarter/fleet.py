@@ -1,0 +1,142 @@
+"""The restarter's fleet safety at the edge: what it has seen stall, the breaker and the pause
+switch in the journal, their gauges, and measuring a restarted model's load time.
+
+Where the restarter learns how many servers are stalled at once: from the restart alerts it
+receives. A target counts as stalled from the moment its firing alert arrives (kept in memory
+until its decision is journaled) until its resolved notification, or for `mass_stall.window`
+with no news (a lost resolved notification must not hold the fleet forever). The decisions
+come from `stallwatch.core.fleet`; this module only reads and writes the journal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import replace
+
+import aiohttp
+
+from stallwatch.common.restarter_config import RestarterConfig, Target
+from stallwatch.core.alerts import Notification
+from stallwatch.core.fleet import breaker_trip, current_controls
+from stallwatch.core.policy import History
+from stallwatch.exporter.fetch import read_metrics
+from stallwatch.restarter.journal import Journal, printable
+from stallwatch.restarter.metrics import RestarterMetrics
+
+log = logging.getLogger("stallwatch.restarter")
+
+# After a restart of a `cooldown: auto` target, its /metrics is read this often until it
+# answers with engine metrics (the model is loaded), for at most its `cooldown_auto.max`.
+LOAD_POLL_SECONDS = 5.0
+
+
+class FleetGuard:
+    """Fleet state for one restarter: seen stalls, breaker, pause, load times."""
+
+    def __init__(
+        self,
+        journal: Journal,
+        metrics: RestarterMetrics,
+        config: Callable[[], RestarterConfig],
+        clock: Callable[[], float],
+    ) -> None:
+        self.journal = journal
+        self.metrics = metrics
+        self._config = config
+        self.clock = clock
+        # Firing restart alerts received and not yet resolved: target -> time last seen.
+        self._arrived: dict[str, float] = {}
+
+    def notice(self, notification: Notification) -> None:
+        """Count the notification's restart alerts as stalls (or their end), then see whether
+        the breaker must open, before any of them is judged."""
+        config = self._config()
+        now = self.clock()
+        for alert in notification.alerts:
+            name = alert.target
+            if alert.alertname not in config.restart_alerts or name is None:
+                continue
+            if config.target(name) is None:
+                continue
+            if alert.status == "resolved":
+                self._arrived.pop(name, None)
+            else:
+                self._arrived[name] = now
+        self.check_breaker()
+
+    def stalled(self, now: float) -> frozenset[str]:
+        config = self._config()
+        since = now - config.mass_stall.window
+        seen = self.journal.stalled_targets(since, config.restart_alerts)
+        fresh = {name for name, at in self._arrived.items() if at > since}
+        return frozenset(n for n in seen | fresh if config.target(n) is not None)
+
+    def with_fleet(self, history: History, now: float) -> History:
+        """`history` with what the fleet rules read: stalls, controls, load times."""
+        return replace(
+            history,
+            stalled=self.stalled(now),
+            controls=current_controls(self.journal.controls(), now),
+            load_seconds=self.journal.load_times(),
+        )
+
+    def check_breaker(self) -> None:
+        """Open (journal) the breaker when a mass stall or failed actions in a row say so."""
+        config = self._config()
+        now = self.clock()
+        if current_controls(self.journal.controls(), now).breaker_open:
+            return
+        failed = self.journal.failed_actions_in_a_row(max(config.breaker.failed_actions, 1))
+        why = breaker_trip(config, self.stalled(now), len(config.targets), failed)
+        if why is None:
+            return
+        self.journal.record_control("breaker_open", why, now)
+        self.metrics.breaker_open.set(1)
+        log.error("breaker_open: %s; no restarts until `stallwatch restarter resume`", why)
+
+    def pause(self, duration: float | None, detail: str) -> None:
+        self.journal.record_control("paused", detail, self.clock(), duration=duration)
+        self.refresh_gauges()
+        length = "until resumed" if duration is None else f"for {duration:g} s"
+        log.warning("paused %s: %s", length, printable(detail))
+
+    def resume(self, detail: str) -> None:
+        self.journal.record_control("resumed", detail, self.clock())
+        self.refresh_gauges()
+        log.warning("resumed (breaker closed, pause ended): %s", printable(detail))
+
+    def refresh_gauges(self) -> None:
+        now = self.clock()
+        controls = current_controls(self.journal.controls(), now)
+        self.metrics.breaker_open.set(1 if controls.breaker_open else 0)
+        self.metrics.paused.set(1 if controls.paused(now) else 0)
+        self.metrics.stalled_targets.set(len(self.stalled(now)))
+        for name, seconds in self.journal.load_times().items():
+            if self._config().target(name) is not None:
+                self.metrics.load_seconds.labels(target=name).set(seconds)
+
+    async def measure_load(
+        self, session: aiohttp.ClientSession, restart_id: int, target: Target, started: float
+    ) -> None:
+        """Read the restarted target until it serves engine metrics; journal how long it took."""
+        auto = target.cooldown_auto
+        if auto is None:
+            return
+        timeout = self._config().confirm.timeout
+        while self.clock() - started < auto.max:
+            result = await read_metrics(session, target.metrics_url, timeout=timeout)
+            if result.reading is not None and result.reading.has_engines:
+                seconds = self.clock() - started
+                self.journal.record_load_time(restart_id, seconds, self.clock())
+                self.metrics.load_seconds.labels(target=target.name).set(seconds)
+                log.info("load_measured target=%s seconds=%.0f", printable(target.name), seconds)
+                return
+            await asyncio.sleep(LOAD_POLL_SECONDS)
+        log.warning(
+            "load_measured target=%s: no engine metrics within %g s; cooldown stays at its "
+            "last measurement",
+            printable(target.name),
+            auto.max,
+        )

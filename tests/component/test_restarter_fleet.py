@@ -1,0 +1,185 @@
+"""Fleet safety through the running restarter: a mass stall restarts none and latches the
+breaker, pause and resume over HTTP and from the CLI, failed actions in a row, and the measured
+load time behind `cooldown: auto`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+from typing import Any
+
+from stallwatch.core.alerts import Alert
+from stallwatch.core.policy import Decision
+from stallwatch.restarter.cli import run_control
+from stallwatch.restarter.journal import Journal
+from tests.component.restarter_support import (
+    AUTH,
+    alert,
+    fake_vllm,
+    marker_argv,
+    marker_lines,
+    payload,
+    post_alerts,
+    running_restarter,
+    settle,
+    target_entry,
+    write_config,
+)
+
+
+def targets(url: str, marker: Path, count: int, **extra: Any) -> list[dict[str, Any]]:
+    action = {"kind": "command", "argv": marker_argv(marker)}
+    return [target_entry(f"gpu{i}", url, action, **extra) for i in range(count)]
+
+
+def stuck(name: str, status: str = "firing") -> dict[str, Any]:
+    return alert(name, fingerprint=f"fp-{name}", status=status)
+
+
+def metric(text: str, name: str) -> float:
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(f"{name} not in /metrics")
+
+
+async def test_a_mass_stall_of_5_of_8_restarts_none_and_latches_the_breaker(
+    tmp_path: Path,
+) -> None:
+    """Five of eight targets stuck at once (one notification each, as Alertmanager groups them)
+    restart nothing, open the breaker in the journal and its gauge, and count each refusal;
+    only a resume lets a later single stall be restarted."""
+    marker = tmp_path / "marker"
+    async with fake_vllm("stalled") as fake:
+        config = write_config(
+            tmp_path, targets(fake.url, marker, 8), fleet_window={"max_targets": 8}
+        )
+        async with running_restarter(config) as (client, restarter):
+            answers = await asyncio.gather(
+                *(post_alerts(client, payload(stuck(f"gpu{i}"))) for i in range(5))
+            )
+            await settle(restarter)
+            reasons = [answer["decisions"][0]["reason"] for answer in answers]
+            assert reasons == ["breaker_open"] * 5
+            assert marker_lines(marker) == []
+            assert restarter.journal.count(decision="control", reason="breaker_open") == 1
+            text = await (await client.get("/metrics")).text()
+            assert metric(text, "stallwatch_restarter_breaker_open") == 1.0
+            assert metric(text, "stallwatch_restarter_stalled_targets") == 5.0
+            assert 'skips_total{reason="breaker_open",target="gpu0"} 1.0' in text
+            for i in range(5):
+                await post_alerts(client, payload(stuck(f"gpu{i}", "resolved")))
+            still_open = await post_alerts(client, payload(stuck("gpu6")))
+            assert still_open["decisions"][0]["reason"] == "breaker_open"
+            assert (await client.post("/-/resume")).status == 401
+            assert (await client.post("/-/resume", headers=AUTH)).status == 200
+            after = await post_alerts(client, payload(alert("gpu7", fingerprint="fp-new")))
+            await settle(restarter)
+            assert after["decisions"][0]["reason"] == "confirmed"
+            assert marker_lines(marker) == ["gpu7"]
+
+
+async def test_pause_over_http_holds_restarts_and_survives_a_restart(tmp_path: Path) -> None:
+    """`POST /-/pause` stops every restart with reason `paused`, is kept in the journal across
+    a restart of the restarter, and `POST /-/resume` ends it."""
+    marker = tmp_path / "marker"
+    async with fake_vllm("stalled") as fake:
+        config = write_config(tmp_path, targets(fake.url, marker, 2))
+        async with running_restarter(config) as (client, _restarter):
+            assert (await client.post("/-/pause", params={"for": "2h"})).status == 401
+            bad = await client.post("/-/pause", params={"for": "two hours"}, headers=AUTH)
+            assert bad.status == 400
+            paused = await client.post(
+                "/-/pause", params={"for": "2h", "reason": "driver upgrade"}, headers=AUTH
+            )
+            assert (await paused.json())["for_seconds"] == 7200.0
+        async with running_restarter(config) as (client, restarter):
+            text = await (await client.get("/metrics")).text()
+            assert metric(text, "stallwatch_restarter_paused") == 1.0
+            answer = await post_alerts(client, payload(stuck("gpu0")))
+            assert answer["decisions"][0]["reason"] == "paused"
+            assert (await client.post("/-/resume", headers=AUTH)).status == 200
+            answer = await post_alerts(client, payload(alert("gpu1", fingerprint="other")))
+            await settle(restarter)
+            assert answer["decisions"][0]["reason"] == "confirmed"
+    assert marker_lines(marker) == ["gpu1"]
+
+
+async def test_pause_and_resume_from_the_cli_reach_the_running_restarter(tmp_path: Path) -> None:
+    """`stallwatch restarter pause` writes the journal the running restarter reads at once;
+    `resume` ends the pause."""
+    marker = tmp_path / "marker"
+    async with fake_vllm("stalled") as fake:
+        config = write_config(tmp_path, targets(fake.url, marker, 1))
+        path = tmp_path / "restarter.yml"
+        async with running_restarter(config) as (client, restarter):
+            args = argparse.Namespace(
+                control_config=path, control="paused", pause_for="30m", reason="rack move"
+            )
+            assert run_control(args) == 0
+            answer = await post_alerts(client, payload(stuck("gpu0")))
+            assert answer["decisions"][0]["reason"] == "paused"
+            resume = argparse.Namespace(
+                control_config=path, control="resumed", pause_for=None, reason=""
+            )
+            assert run_control(resume) == 0
+            answer = await post_alerts(client, payload(alert("gpu0", fingerprint="again")))
+            await settle(restarter)
+            assert answer["decisions"][0]["reason"] == "confirmed"
+    assert marker_lines(marker) == ["gpu0"]
+
+
+async def test_three_failed_actions_in_a_row_open_the_breaker(tmp_path: Path) -> None:
+    """Three failed actions, on three targets, open the breaker: the fourth stall is refused."""
+    async with fake_vllm("stalled") as fake:
+        failing = {"kind": "command", "argv": [sys.executable, "-c", "raise SystemExit(1)"]}
+        entries = [target_entry(f"gpu{i}", fake.url, failing) for i in range(8)]
+        config = write_config(tmp_path, entries, fleet_window={"max_targets": 8}, max_in_flight=8)
+        async with running_restarter(config) as (client, restarter):
+            for i in range(3):
+                answer = await post_alerts(client, payload(stuck(f"gpu{i}")))
+                assert answer["decisions"][0]["reason"] == "confirmed"
+                await settle(restarter)
+            answer = await post_alerts(client, payload(stuck("gpu3")))
+            assert answer["decisions"][0]["reason"] == "breaker_open"
+
+
+def test_failed_actions_count_from_the_last_success_and_the_last_resume(tmp_path: Path) -> None:
+    """Failures in a row stop at a success and at a resume; interrupted actions do not count."""
+    journal = Journal.open(tmp_path / "j.sqlite")
+
+    def restart_then(result: str, at: float) -> None:
+        row = journal.record_decision(
+            Alert("firing", {"alertname": "LLMServerStuck", "target": "a"}, "f", f"s{at}"),
+            Decision("restart", "confirmed", ""),
+            at,
+        )
+        journal.record_action_result(row, result, "", 1.0, at + 1)
+
+    restart_then("failure", 1)
+    restart_then("success", 10)
+    restart_then("failure", 20)
+    restart_then("interrupted", 30)
+    restart_then("timeout", 40)
+    assert journal.failed_actions_in_a_row(10) == 2
+    journal.record_control("resumed", "", 50)
+    assert journal.failed_actions_in_a_row(10) == 0
+    journal.close()
+
+
+async def test_cooldown_auto_measures_the_load_time_after_a_restart(tmp_path: Path) -> None:
+    """After a restart of a `cooldown: auto` target, the restarter reads it until it serves
+    engine metrics and journals and exports that load time."""
+    marker = tmp_path / "marker"
+    async with fake_vllm("stalled") as fake:
+        config = write_config(tmp_path, targets(fake.url, marker, 1, cooldown="auto"))
+        async with running_restarter(config) as (client, restarter):
+            answer = await post_alerts(client, payload(stuck("gpu0")))
+            assert answer["decisions"][0]["reason"] == "confirmed"
+            await settle(restarter)
+            assert restarter.journal.count(decision="load_measured", target="gpu0") == 1
+            assert set(restarter.journal.load_times()) == {"gpu0"}
+            text = await (await client.get("/metrics")).text()
+            assert 'stallwatch_restarter_model_load_seconds{target="gpu0"}' in text
