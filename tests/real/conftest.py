@@ -6,15 +6,13 @@ minutes); if that fails, every test that needs it fails with the setup log. Noth
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.real.vllm_server import SETUP_SCRIPT, RealVllmFactory, RealVllmServer
+from tests.real_environment import ensure_environment
 
 REAL_DIR = Path(__file__).resolve().parent
 SETUP_TIMEOUT_S = 3600
@@ -31,49 +29,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.real)
 
 
-def _environment_is_complete() -> bool:
-    status = subprocess.run(
-        [sys.executable, str(SETUP_SCRIPT), "status"],
-        capture_output=True,
-        check=False,
-        timeout=60,
-    )
-    return status.returncode == 0
-
-
 @pytest.fixture(scope="session")
 def real_vllm_environment(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Makes sure .venv-vllm and the tiny model exist (runs the setup if not); returns a log dir."""
     log_dir = tmp_path_factory.mktemp("real-vllm")
-    if _environment_is_complete():
-        return log_dir
-    setup_log = log_dir / "setup.log"
-    started = time.monotonic()
-    with setup_log.open("wb") as log:
-        try:
-            result = subprocess.run(
-                [sys.executable, str(SETUP_SCRIPT), "setup"],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                check=False,
-                timeout=SETUP_TIMEOUT_S,
-            )
-            exit_code: int | str = result.returncode
-        except subprocess.TimeoutExpired:
-            exit_code = f"timeout after {SETUP_TIMEOUT_S} s"
-    took = time.monotonic() - started
-    if exit_code != 0 or not _environment_is_complete():
-        tail = "\n".join(
-            setup_log.read_text(encoding="utf-8", errors="replace").splitlines()[
-                -SETUP_LOG_TAIL_LINES:
-            ]
-        )
-        pytest.fail(
-            f"real vLLM setup failed ({exit_code}) after {took:.0f} s; log {setup_log}:\n{tail}",
-            pytrace=False,
-        )
-    print(f"\nreal vLLM environment set up in {took:.0f} s (log {setup_log})")
+    ensure_environment(SETUP_SCRIPT, log_dir, "real vLLM", SETUP_TIMEOUT_S)
     return log_dir
 
 

@@ -8,15 +8,13 @@ test is skipped, saying so. The first use builds the environment when it is miss
 from __future__ import annotations
 
 import importlib.util
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
+from tests.real_environment import ensure_environment
 from tests.real_llamacpp.llamacpp_server import SETUP_SCRIPT, RealLlamaServer
 
 TIER_DIR = Path(__file__).resolve().parent
@@ -38,13 +36,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.real)
 
 
-def _complete() -> bool:
-    status = subprocess.run(
-        [sys.executable, str(SETUP_SCRIPT), "status"], capture_output=True, check=False
-    )
-    return status.returncode == 0
-
-
 @pytest.fixture(scope="session")
 def real_llamacpp_environment(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Skips on a CPU without AVX-512; builds .venv-llamacpp if missing; returns a log dir."""
@@ -52,32 +43,7 @@ def real_llamacpp_environment(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if not supported:
         pytest.skip(f"real llama.cpp tier skipped: {why}")
     log_dir = tmp_path_factory.mktemp("real-llamacpp")
-    if _complete():
-        return log_dir
-    setup_log = log_dir / "setup.log"
-    started = time.monotonic()
-    with setup_log.open("wb") as log:
-        try:
-            result = subprocess.run(
-                [sys.executable, str(SETUP_SCRIPT), "setup"],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                check=False,
-                timeout=SETUP_TIMEOUT_S,
-            )
-            exit_code: int | str = result.returncode
-        except subprocess.TimeoutExpired:
-            exit_code = f"timeout after {SETUP_TIMEOUT_S} s"
-    took = time.monotonic() - started
-    if exit_code != 0 or not _complete():
-        tail = setup_log.read_text(encoding="utf-8", errors="replace")[-6000:]
-        pytest.fail(
-            f"real llama.cpp setup failed ({exit_code}) after {took:.0f} s; log {setup_log}:\n"
-            f"{tail}",
-            pytrace=False,
-        )
-    print(f"\nreal llama.cpp environment set up in {took:.0f} s (log {setup_log})")
+    ensure_environment(SETUP_SCRIPT, log_dir, "real llama.cpp", SETUP_TIMEOUT_S)
     return log_dir
 
 
