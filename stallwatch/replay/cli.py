@@ -8,6 +8,9 @@ import time
 
 from stallwatch.replay.config import ReplayConfig
 from stallwatch.replay.day import run_replay
+from stallwatch.replay.fleet import run_fleet
+from stallwatch.replay.fleet_plan import FleetConfig
+from stallwatch.replay.fleet_report import fleet_document, format_fleet
 from stallwatch.replay.report import format_result, result_document
 
 
@@ -19,7 +22,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "Simulate one day on one model server (deterministic, virtual time, a few seconds) "
             "twice: watched by request-sending watchdogs, and watched by stallwatch's own "
             "decision code. Prints restarts, failed requests, test requests sent to a busy "
-            "server, downtime, and how fast real hangs were caught."
+            "server, downtime, and how fast real hangs were caught. With --servers N and "
+            "--days D: a fleet with correlated faults (network blips, exporter restarts, bad "
+            "nodes), watched by stallwatch with and without its fleet rules, a kubelet /health "
+            "probe and a canary-on-idle watchdog."
         ),
     )
     parser.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
@@ -31,6 +37,18 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         type=_non_negative,
         default=1.0,
         help="batch job intensity: 1 = two to four long requests for half the day (default 1)",
+    )
+    parser.add_argument(
+        "--servers",
+        type=_whole_positive,
+        default=1,
+        help="replay a fleet of this many servers, watched four ways (default 1: one server)",
+    )
+    parser.add_argument(
+        "--days",
+        type=_positive,
+        default=None,
+        help="length of the fleet replay in days (default 7; implies the fleet replay)",
     )
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.set_defaults(handler=_run)
@@ -50,6 +68,16 @@ def _non_negative(text: str) -> float:
     return value
 
 
+def _whole_positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
+    return value
+
+
 def _number(text: str) -> float:
     try:
         return float(text)
@@ -58,6 +86,8 @@ def _number(text: str) -> float:
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.servers > 1 or args.days is not None:
+        return _run_fleet(args)
     started = time.perf_counter()
     result = run_replay(ReplayConfig(seed=args.seed, hours=args.hours, load=args.load))
     elapsed = time.perf_counter() - started
@@ -65,4 +95,16 @@ def _run(args: argparse.Namespace) -> int:
         print(json.dumps(result_document(result), indent=2))
     else:
         print(format_result(result, elapsed))
+    return 0
+
+
+def _run_fleet(args: argparse.Namespace) -> int:
+    days = 7.0 if args.days is None else args.days
+    started = time.perf_counter()
+    result = run_fleet(FleetConfig(seed=args.seed, servers=args.servers, days=days))
+    elapsed = time.perf_counter() - started
+    if args.json:
+        print(json.dumps(fleet_document(result), indent=2))
+    else:
+        print(format_fleet(result, elapsed))
     return 0

@@ -1,0 +1,279 @@
+"""Stallwatch on the fleet: coarse exporter states, the real alert rules, the real restart policy.
+
+The exporter's judgement is coarse (the state a poll would reach, from the server's true
+state, instead of `classify` on counters), but everything after it is the project's own code:
+`restart_alert_fires` for the alert rules, and the restarter's `decide`, `breaker_trip` and
+`decide_confirmed` with one `History` shared by the whole fleet (restarts, stalled targets,
+breaker). Alertmanager groups by alert name and target (as shipped), so each server's alert
+has its own group_wait.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, replace
+
+from stallwatch.common.exporter_config import DEFAULT_PROBE_MIN_INTERVAL_SECONDS
+from stallwatch.common.restarter_config import (
+    Breaker,
+    CommandAction,
+    ConfirmSettings,
+    MassStall,
+    RestarterConfig,
+    Target,
+)
+from stallwatch.core.alerts import Alert
+from stallwatch.core.classify import State
+from stallwatch.core.confirmation import Confirmation
+from stallwatch.core.fleet import Controls, breaker_trip
+from stallwatch.core.policy import History, PastDecision, PastRestart, decide, decide_confirmed
+from stallwatch.core.rules import RESTART_ALERT_STATES, restart_alert_fires
+from stallwatch.replay.clock import Scheduler
+from stallwatch.replay.fleet_plan import FleetPlan
+from stallwatch.replay.fleet_state import FleetState, WayTally
+from stallwatch.replay.stallwatch_way import _rfc3339
+
+ACTION_SECONDS = 2.0
+
+
+def target_name(server: int) -> str:
+    return f"server-{server}"
+
+
+def fleet_restarter_config(plan: FleetPlan, fleet_rules: bool) -> RestarterConfig:
+    """The shipped defaults for every server; without fleet rules, no mass-stall cap and no
+    breaker (`max_in_flight` and `fleet_window` stay: they are older than the fleet rules)."""
+    config = plan.config
+    targets = tuple(
+        Target(
+            name=target_name(server),
+            metrics_url=f"http://{target_name(server)}:8000/metrics",
+            action=CommandAction(argv=("true",)),
+            cooldown=config.cooldown,
+        )
+        for server in range(config.servers)
+    )
+    restarter = RestarterConfig(
+        targets=targets,
+        journal="fleet-replay",
+        insecure_no_auth=True,
+        confirm=ConfirmSettings(gap=config.confirm_gap),
+    )
+    if not fleet_rules:
+        restarter = replace(
+            restarter,
+            mass_stall=MassStall(max_percent=100),
+            breaker=Breaker(on_mass_stall=False, failed_actions=0),
+        )
+    return restarter
+
+
+@dataclass
+class _Episode:
+    starts_at: float
+    last_sent: float | None = None
+
+
+class FleetStallwatch:
+    """Exporter polls, alert rules, Alertmanager timing and one restarter for the whole fleet."""
+
+    def __init__(self, plan: FleetPlan, fleet_rules: bool) -> None:
+        self.plan = plan
+        self.config = plan.config
+        self.fleet = FleetState(plan)
+        self.restarter = fleet_restarter_config(plan, fleet_rules)
+        self.scheduler = Scheduler()
+        count = self.config.servers
+        self.state: list[State | None] = [None] * count
+        self.polls = [0] * count
+        self.baseline = [False] * count
+        self.proven_alive = [0.0] * count
+        self.episodes: dict[tuple[int, str], _Episode] = {}
+        self.seen_stalled: dict[str, float] = {}
+        self.journal: list[tuple[float, str, str, str, str]] = []
+        self.past_restarts: list[PastRestart] = []
+        self.controls = Controls()
+        self.skips: Counter[str] = Counter()
+        self.breaker_openings = 0
+
+    def run(self) -> WayTally:
+        self.scheduler.at(0.0, self._tick)
+        for when in self.plan.exporter_restarts:
+            self.scheduler.at(when, self._exporter_restart)
+        while self.scheduler.next_time() < self.config.duration:
+            when, action = self.scheduler.pop()
+            action(when)
+        tally = self.fleet.tally(
+            "stallwatch with fleet rules"
+            if self.restarter.breaker.on_mass_stall
+            else "stallwatch without fleet rules",
+            dict(self.skips),
+        )
+        return tally
+
+    # The exporter: one poll of every server per interval.
+
+    def _exporter_down(self, now: float) -> bool:
+        length = self.config.exporter_restart_seconds
+        return any(start <= now < start + length for start in self.plan.exporter_restarts)
+
+    def _exporter_restart(self, now: float) -> None:
+        """Every server's history is lost; its series vanish, so every alert resolves."""
+        self.state = [None] * self.config.servers
+        self.polls = [0] * self.config.servers
+        self.baseline = [False] * self.config.servers
+        for server, alertname in list(self.episodes):
+            self._resolve(server, alertname)
+
+    def _observe(self, server: int, now: float) -> State:
+        """The state the exporter's poll would reach (coarse, from the server's true state)."""
+        fleet = self.fleet
+        if fleet.loading(server, now):
+            self.baseline[server] = False
+            return State.DOWN
+        if self.plan.blipped(server, now):
+            return State.HUNG  # connected, then no answer in time
+        if not self.baseline[server]:
+            self.baseline[server] = True  # one read: nothing to compare with yet
+            return State.UNKNOWN
+        hang = fleet.hang[server]
+        if hang is not None and hang.running_at_hang:
+            return State.STALLED  # running > 0, nothing moves
+        if hang is None and self.plan.busy(server, now):
+            self.proven_alive[server] = now
+            return State.BUSY
+        if now - self.proven_alive[server] < DEFAULT_PROBE_MIN_INTERVAL_SECONDS:
+            return State.IDLE  # the idle test request is not due yet
+        if hang is not None:
+            return State.UNRESPONSIVE  # the test request fails
+        self.proven_alive[server] = now
+        return State.IDLE
+
+    def _tick(self, now: float) -> None:
+        self.scheduler.at(now + self.config.exporter_interval, self._tick)
+        self.fleet.advance(now)
+        if self._exporter_down(now):
+            return
+        for server in range(self.config.servers):
+            state = self._observe(server, now)
+            self.polls[server] = self.polls[server] + 1 if state == self.state[server] else 1
+            self.state[server] = state
+            self._evaluate(server, now)
+
+    # Prometheus and Alertmanager (group_by alertname and target).
+
+    def _evaluate(self, server: int, now: float) -> None:
+        for alertname in RESTART_ALERT_STATES:
+            firing = restart_alert_fires(alertname, self.state[server], self.polls[server])
+            key = (server, alertname)
+            episode = self.episodes.get(key)
+            if firing and episode is None:
+                self.episodes[key] = _Episode(now)
+                self.scheduler.at(now + self.config.group_wait, self._notifier(key))
+            elif firing and episode is not None and episode.last_sent is not None:
+                if now - episode.last_sent >= self.config.repeat_interval:
+                    self.scheduler.at(now, self._notifier(key))
+            elif not firing and episode is not None:
+                self._resolve(server, alertname)
+
+    def _resolve(self, server: int, alertname: str) -> None:
+        del self.episodes[(server, alertname)]
+        if not any(s == server for s, _ in self.episodes):
+            self.seen_stalled.pop(target_name(server), None)
+
+    def _notifier(self, key: tuple[int, str]):  # type: ignore[no-untyped-def]
+        def notify(now: float) -> None:
+            episode = self.episodes.get(key)
+            if episode is None or (
+                episode.last_sent is not None
+                and now - episode.last_sent < self.config.repeat_interval
+            ):
+                return
+            episode.last_sent = now
+            server, alertname = key
+            name = target_name(server)
+            alert = Alert(
+                status="firing",
+                labels={"alertname": alertname, "target": name, "severity": "critical"},
+                fingerprint=f"{alertname}:{name}",
+                starts_at=_rfc3339(episode.starts_at),
+            )
+            self.seen_stalled.setdefault(name, now)
+            self._receive(server, alert, now)
+
+        return notify
+
+    # The restarter: one for the fleet, with its journal as the shared History.
+
+    def _history(self, alert: Alert, now: float) -> History:
+        window = self.restarter.mass_stall.window
+        stalled = frozenset(n for n, t in self.seen_stalled.items() if now - t < window)
+        same = tuple(
+            PastDecision(t, action, reason)
+            for t, fingerprint, starts_at, action, reason in self.journal
+            if fingerprint == alert.fingerprint and starts_at == alert.starts_at
+        )
+        return History(
+            restarts=tuple(self.past_restarts),
+            same_alert=same,
+            stalled=stalled,
+            covered=self.config.servers,
+            controls=self.controls,
+        )
+
+    def _record(self, alert: Alert, now: float, action: str, reason: str) -> None:
+        self.journal.append((now, alert.fingerprint, alert.starts_at, action, reason))
+        if action == "skip":
+            self.skips[reason] += 1
+
+    def _check_breaker(self, history: History, now: float) -> History:
+        if self.controls.breaker_open:
+            return history
+        why = breaker_trip(self.restarter, history.stalled, history.covered, 0)
+        if why is None:
+            return history
+        self.controls = Controls(breaker_opened_at=now, breaker_detail=why)
+        self.breaker_openings += 1
+        self.scheduler.at(now + self.config.operator_resume_seconds, self._operator_resumes)
+        return replace(history, controls=self.controls)
+
+    def _operator_resumes(self, now: float) -> None:
+        self.controls = Controls()
+
+    def _receive(self, server: int, alert: Alert, now: float) -> None:
+        history = self._check_breaker(self._history(alert, now), now)
+        decision = decide(alert, self.restarter, history, now)
+        if not decision.restarts:
+            self._record(alert, now, decision.action, decision.reason)
+            return
+
+        def confirm(later: float) -> None:
+            self.fleet.advance(later)
+            history = self._check_breaker(self._history(alert, later), later)
+            final = decide_confirmed(
+                alert, self.restarter, history, later, self._confirmation(server, later)
+            )
+            self._record(alert, later, final.action, final.reason)
+            if final.restarts:
+                self.past_restarts.append(
+                    PastRestart(alert.target or "", later, later + ACTION_SECONDS)
+                )
+                self.fleet.restart(server, later)
+
+        self.scheduler.at(now + self.config.confirm_gap, confirm)
+
+    def _confirmation(self, server: int, now: float) -> Confirmation:
+        """What two fresh reads of the server, `confirm_gap` apart, would show."""
+        fleet = self.fleet
+        if fleet.loading(server, now):
+            return Confirmation(False, "down", "connection refused")
+        if self.plan.blipped(server, now):
+            return Confirmation(False, "no_answer", "connected, no answer")
+        hang = fleet.hang[server]
+        if hang is not None and hang.running_at_hang:
+            return Confirmation(True, None, "requests running, no progress")
+        if hang is not None:
+            return Confirmation(False, "idle", "no work and nothing moved")
+        if self.plan.busy(server, now):
+            return Confirmation(False, "progress", "tokens generated")
+        return Confirmation(False, "idle", "no work and nothing moved")
