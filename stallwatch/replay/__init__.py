@@ -19,6 +19,13 @@ two reads 15 s apart) is unchanged by that.
 Modules: `config` (the settings), `clock` (the virtual clock), `server` (the simulated server),
 `traffic` (the seeded plan and its replay), `old_way`, `stallwatch_way`, `day` (running both
 ways), `report` (table and JSON), `cli` (`stallwatch replay`).
+
+With `--servers N --days D` the same package replays a fleet with correlated faults (network
+blips, exporter restarts, a bad node) watched four ways: `fleet_plan` (settings and the seeded
+plan), `fleet_state` (each way's coarse per-server state and tally), `fleet_stallwatch`
+(stallwatch with and without its fleet rules, on the project's own policy steps),
+`fleet_probes` (a kubelet `/health` probe, a canary-on-idle watchdog), `fleet` (all four on one
+plan), `fleet_report`.
 """
 
 from stallwatch.replay.config import ReplayConfig

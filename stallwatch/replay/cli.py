@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 
+from stallwatch.common.cli import EXIT_USAGE
 from stallwatch.replay.config import ReplayConfig
 from stallwatch.replay.day import run_replay
 from stallwatch.replay.fleet import run_fleet
@@ -30,12 +32,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
     parser.add_argument(
-        "--hours", type=_positive, default=24.0, help="length of the day in hours (default 24)"
+        "--hours",
+        type=_positive,
+        default=None,
+        help="length of the day in hours (default 24; one server only)",
     )
     parser.add_argument(
         "--load",
         type=_non_negative,
-        default=1.0,
+        default=None,
         help="batch job intensity: 1 = two to four long requests for half the day (default 1)",
     )
     parser.add_argument(
@@ -87,9 +92,18 @@ def _number(text: str) -> float:
 
 def _run(args: argparse.Namespace) -> int:
     if args.servers > 1 or args.days is not None:
+        if args.hours is not None or args.load is not None:
+            print(
+                "stallwatch replay: --hours and --load set the one-server replay; "
+                "the fleet replay (--servers, --days) takes neither",
+                file=sys.stderr,
+            )
+            return EXIT_USAGE
         return _run_fleet(args)
+    hours = 24.0 if args.hours is None else args.hours
+    load = 1.0 if args.load is None else args.load
     started = time.perf_counter()
-    result = run_replay(ReplayConfig(seed=args.seed, hours=args.hours, load=args.load))
+    result = run_replay(ReplayConfig(seed=args.seed, hours=hours, load=load))
     elapsed = time.perf_counter() - started
     if args.json:
         print(json.dumps(result_document(result), indent=2))

@@ -90,3 +90,12 @@ def test_cli_rejects_zero_servers(capsys: pytest.CaptureFixture[str]) -> None:
         main(["replay", "--servers", "0"])
     assert exit_info.value.code == EXIT_USAGE
     assert "--servers" in capsys.readouterr().err
+
+
+def test_the_one_server_options_are_refused_in_fleet_mode(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """--hours and --load shape the one-server replay; with --servers they are a usage error,
+    not silently ignored."""
+    assert main(["replay", "--servers", "4", "--days", "1", "--hours", "3"]) == EXIT_USAGE
+    assert "takes neither" in capsys.readouterr().err
