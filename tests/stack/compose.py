@@ -9,6 +9,7 @@ the restarter expects Docker's; Grafana (no Debian package, no image here) is no
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import shutil
 import subprocess
@@ -41,6 +42,10 @@ def override(images: StackImages, socket: Path) -> dict[str, Any]:
     return {"services": services}
 
 
+# The group the token file is read through (Debian's `nogroup`).
+TOKEN_GID = 65534
+
+
 @dataclass(frozen=True)
 class ComposeProject:
     """One copy of the deploy files, driven by docker-compose against podman's API."""
@@ -64,11 +69,20 @@ class ComposeProject:
         token = secrets.token_hex(32)
         token_file = directory / "deploy" / "secrets" / "restarter-token"
         token_file.write_text(token + "\n")
-        token_file.chmod(0o644)  # deploy/secrets/README.md: read by nobody and uid 10001
+        # deploy/secrets/README.md: 0640, read by Alertmanager and the restarter through the
+        # file's group (STALLWATCH_TOKEN_GID); the restarter refuses a token all may read.
+        token_file.chmod(0o640)
+        # Not group 0: podman's socket already brings group 0 (DOCKER_GID=0), and compose
+        # refuses the same group twice in `group_add`.
+        os.chown(token_file, -1, TOKEN_GID)
         (directory / "override.yml").write_text(
             yaml.safe_dump(override(images, podman.socket), sort_keys=False)
         )
         return cls(directory, podman, token)
+
+    @property
+    def token_file(self) -> Path:
+        return self.directory / "deploy" / "secrets" / "restarter-token"
 
     def compose(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         environment = {
@@ -77,6 +91,7 @@ class ComposeProject:
             "COMPOSE_PROJECT_NAME": PROJECT,
             # The group of podman's socket (root, mode 0660), as DOCKER_GID is for Docker's.
             "DOCKER_GID": "0",
+            "STALLWATCH_TOKEN_GID": str(TOKEN_GID),
         }
         for variable in (
             "COMPOSE_PROFILES",
