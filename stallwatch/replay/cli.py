@@ -19,7 +19,7 @@ from stallwatch.replay.report import format_result, result_document
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "replay",
-        help="replay the incident in virtual time (one server, or a fleet): old watchdogs vs stallwatch",
+        help="replay the incident in virtual time, on one server or a fleet: old way vs stallwatch",
         description=(
             "Simulate one day on one model server (deterministic, virtual time, a few seconds) "
             "twice: watched by request-sending watchdogs, and watched by stallwatch's own "
