@@ -310,6 +310,9 @@ def test_the_harness_changes_only_the_for_durations_of_the_rules() -> None:
         "StallwatchRestartBudgetExhausted": None,
         "StallwatchRestarterDown": "5m",
         "StallwatchRestartAlertsUnhandled": "10m",
+        "LLMServersMassStall": None,
+        "StallwatchRestarterBreakerOpen": None,
+        "StallwatchRestarterPaused": "8h",
     }
 
 
