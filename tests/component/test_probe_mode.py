@@ -79,9 +79,7 @@ async def test_static_targets_and_probe_together() -> None:
         )
         async with exporter(cfg) as (service, url), aiohttp.ClientSession() as session:
             status, body = await probe(session, url, b.url)
-            await wait_until(
-                lambda: service.histories.get("static-a") is not None, what="a static poll"
-            )
+            await wait_until(lambda: service.histories["static-a"].polls >= 1, what="a static poll")
             async with session.get(f"{url}/metrics") as response:
                 metrics = await response.text()
     assert status == 200

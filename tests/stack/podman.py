@@ -35,6 +35,11 @@ default_ulimits = ["nofile=1024:1024", "nproc=1024:1024"]
 [engine]
 # crun refuses cgroups in hybrid mode here.
 runtime = "runc"
+# The tests count restarts in the event log. podman 4.3 drops older events when the shared log
+# passes 1 MB (image builds on a fresh machine get it there), so the tier keeps its own, unrotated.
+events_logger = "file"
+events_logfile_path = "{events_log}"
+events_logfile_max_size = "0"
 """
 
 
@@ -130,7 +135,7 @@ def podman_service() -> Iterator[Podman]:
     ensure_installed()
     workdir = Path(tempfile.mkdtemp(prefix="sw-stack-"))
     conf = workdir / "containers.conf"
-    conf.write_text(CONTAINERS_CONF)
+    conf.write_text(CONTAINERS_CONF.format(events_log=workdir / "events.log"))
     podman = Podman(workdir, conf, workdir / "podman.sock")
     log = (workdir / "podman-service.log").open("wb")
     process = subprocess.Popen(
