@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import os
 import signal
 import time
@@ -187,7 +188,8 @@ class ActionRunner:
         """Docker Engine API: POST /containers/{name}/restart?t=STOP_TIMEOUT (204 on success)."""
         session = self._docker_session(action.socket)
         path = f"/containers/{quote(action.container, safe='')}/restart"
-        stop_timeout = int(action.stop_timeout)
+        # The API takes whole seconds; rounding down would cut a container's grace short.
+        stop_timeout = math.ceil(action.stop_timeout)
         async with session.post(
             f"http://docker{path}",
             params={"t": str(stop_timeout)},

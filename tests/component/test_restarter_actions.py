@@ -180,6 +180,22 @@ async def test_docker_restart_over_the_engine_socket(tmp_path: Path) -> None:
     assert seen == ["/containers/vllm-a/restart?t=20", "/containers/vllm-gone/restart?t=20"]
 
 
+async def test_docker_rounds_a_sub_second_stop_timeout_up(tmp_path: Path) -> None:
+    """docker: a stop_timeout of 1.5 s asks for t=2, never less grace than configured."""
+    with short_tmp_dir() as short:
+        socket_path = short / "docker.sock"
+        async with fake_vllm("stalled") as fake, fake_docker(socket_path, {"vllm-a"}) as seen:
+            docker = {"kind": "docker", "socket": str(socket_path), "stop_timeout": "1500ms"}
+            config = write_config(
+                tmp_path, [target_entry("gpu1", fake.url, {**docker, "container": "vllm-a"})]
+            )
+            async with running_restarter(config) as (client, restarter):
+                await post_alerts(client, payload(alert("gpu1", fingerprint="a")))
+                await settle(restarter)
+                assert last_result(restarter)["detail"] == "docker restarted vllm-a (t=2)"
+    assert seen == ["/containers/vllm-a/restart?t=2"]
+
+
 async def test_systemd_runs_systemctl_restart_unit(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
