@@ -71,7 +71,8 @@ class RestarterMetrics:
         )
         self.kube_events = Counter(
             "stallwatch_restarter_kubernetes_events",
-            "Kubernetes Events about restarts and refusals, by result (created, failed, dropped).",
+            "Kubernetes Events about restarts and refusals, by result "
+            "(created, failed, dropped, repeated: a refusal already posted lately).",
             ["result"],
             registry=self.registry,
         )

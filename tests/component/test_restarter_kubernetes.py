@@ -198,6 +198,30 @@ async def test_a_pdb_that_forbids_eviction_leaves_the_pod_and_says_so(tmp_path: 
         assert "PodDisruptionBudget" in blocked["message"]
 
 
+async def test_a_repeated_refusal_posts_one_event_per_interval(tmp_path: Path) -> None:
+    """Re-sent alerts refused the same way post one Event per 10 minutes; the rest are counted."""
+    async with running_simulator() as sim, fake_kube() as fake:
+        sim.apply_fault("freeze")
+        fake.add_pod(make_pod("llm", "vllm-0", labels=SERVER_LABELS, port=sim_port(sim)))
+        clock = Clock()
+        config = write_config(tmp_path, fake)
+        async with restarter_app(config, clock) as (client, restarter):
+            paused = await client.post("/-/pause", params={"for": "2h"}, headers=AUTH)
+            assert paused.status == 200
+            for _ in range(3):
+                assert (await send(client, pod_alert("vllm-0")))[0]["reason"] == "paused"
+                clock.now += 60
+            clock.now += 600
+            assert (await send(client, pod_alert("vllm-0")))[0]["reason"] == "paused"
+            assert restarter.kube is not None
+            await restarter.kube.flush_events()
+            metrics = await (await client.get("/metrics")).text()
+        assert fake.event_reasons("vllm-0") == ["StallwatchRestartRefused"] * 2
+        assert 'stallwatch_restarter_kubernetes_events_total{result="repeated"} 2.0' in metrics
+        assert 'stallwatch_restarter_kubernetes_events_total{result="created"} 2.0' in metrics
+        assert fake.evicted == []
+
+
 @pytest.mark.parametrize(
     ("namespace", "labels", "reason"),
     [

@@ -36,6 +36,9 @@ EVENT_RESTARTING = "StallwatchRestarting"
 EVENT_REFUSED = "StallwatchRestartRefused"
 EVENT_RESULT = "StallwatchRestart"
 _MAX_EVENT_TASKS = 100
+# Alertmanager re-sends a firing alert, and each delivery refused for the same reason says
+# nothing new: one refusal Event per pod and reason in this interval.
+REFUSAL_EVENT_INTERVAL_SECONDS = 600.0
 
 
 class KubeSide:
@@ -68,6 +71,8 @@ class KubeSide:
         self.pod_targets: dict[str, tuple[Target, float]] = {}
         self.on_event = on_event
         self._events: set[asyncio.Task[None]] = set()
+        # (pod, refusal reason) -> when its last Event was posted.
+        self._refusals_posted: dict[tuple[tuple[str, str], str], float] = {}
 
     @classmethod
     async def connect(
@@ -191,11 +196,30 @@ class KubeSide:
         if pod is None or not self.settings.events:
             return
         if decision.restarts:
+            self._refusals_posted = {
+                key: at for key, at in self._refusals_posted.items() if key[0] != pod
+            }
             message = f"restarting ({decision.reason}): {decision.detail}"
             self._post(pod, EVENT_RESTARTING, message, warning=True)
-        else:
+        elif self._refusal_is_new(pod, decision.reason):
             message = f"restart refused ({decision.reason}): {decision.detail}"
             self._post(pod, EVENT_REFUSED, message, warning=False)
+        else:
+            self._counted("repeated")
+
+    def _refusal_is_new(self, pod: tuple[str, str], reason: str) -> bool:
+        """True (and remembered) unless the same refusal of this pod was posted lately."""
+        now = self.clock()
+        recent = {
+            key: at
+            for key, at in self._refusals_posted.items()
+            if now - at < REFUSAL_EVENT_INTERVAL_SECONDS
+        }
+        if (pod, reason) in recent:
+            self._refusals_posted = recent
+            return False
+        self._refusals_posted = {**recent, (pod, reason): now}
+        return True
 
     def on_outcome(self, target: Target, result: str, detail: str) -> None:
         pod = _pod_of(target)
