@@ -10,12 +10,14 @@ exits 1 when the manifest is out of date.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
 
-import yaml
+SCRIPTS_DIR = str(Path(__file__).resolve().parent)
+if SCRIPTS_DIR not in sys.path:  # loaded by file path, as the tests do, rather than run
+    sys.path.insert(0, SCRIPTS_DIR)
+from script_support import block_yaml, write_or_check  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 DASHBOARD = REPO / "grafana" / "dashboards" / "stallwatch.json"
@@ -26,18 +28,6 @@ HEADER = """\
 # Grafana's dashboard sidecar loads every ConfigMap labelled grafana_dashboard: "1" in the
 # namespaces it searches (kube-prometheus-stack: grafana.sidecar.dashboards.searchNamespace).
 """
-
-
-class _BlockDumper(yaml.SafeDumper):
-    """A YAML dumper that writes the dashboard JSON as one `|` block."""
-
-
-def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
-    style = "|" if "\n" in value else None
-    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
-
-
-_BlockDumper.add_representer(str, _represent_str)
 
 
 def render(dashboard_text: str) -> str:
@@ -52,22 +42,17 @@ def render(dashboard_text: str) -> str:
         },
         "data": {"stallwatch.json": dashboard_text},
     }
-    return HEADER + yaml.dump(manifest, Dumper=_BlockDumper, sort_keys=False, width=1000)
+    return HEADER + block_yaml(manifest, width=1000)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="fail if the manifest is stale")
-    args = parser.parse_args(argv)
-    wanted = render(DASHBOARD.read_text(encoding="utf-8"))
-    if args.check:
-        current = MANIFEST.read_text(encoding="utf-8") if MANIFEST.exists() else ""
-        if current != wanted:
-            print(f"{MANIFEST.relative_to(REPO)} is out of date: run {Path(__file__).name}")
-            return 1
-        return 0
-    MANIFEST.write_text(wanted, encoding="utf-8")
-    return 0
+    return write_or_check(
+        argv,
+        Path(__file__),
+        __doc__,
+        manifest=MANIFEST,
+        render=lambda: render(DASHBOARD.read_text(encoding="utf-8")),
+    )
 
 
 if __name__ == "__main__":

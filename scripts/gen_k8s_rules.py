@@ -9,12 +9,16 @@ PrometheusRule for the Prometheus Operator. `--check` exits 1 when the manifest 
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+SCRIPTS_DIR = str(Path(__file__).resolve().parent)
+if SCRIPTS_DIR not in sys.path:  # loaded by file path, as the tests do, rather than run
+    sys.path.insert(0, SCRIPTS_DIR)
+from script_support import block_yaml, write_or_check  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 RULE_FILES = (REPO / "prometheus" / "alerts.yml", REPO / "prometheus" / "recording.yml")
@@ -25,18 +29,6 @@ HEADER = """\
 # and the rule files disagree. The `release` label that kube-prometheus-stack selects on is added
 # by kustomization.yaml.
 """
-
-
-class _BlockDumper(yaml.SafeDumper):
-    """A YAML dumper that writes multi-line strings (PromQL, descriptions) as `|` blocks."""
-
-
-def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
-    style = "|" if "\n" in value else None
-    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
-
-
-_BlockDumper.add_representer(str, _represent_str)
 
 
 def rule_groups(rule_files: tuple[Path, ...] = RULE_FILES) -> list[dict[str, Any]]:
@@ -61,23 +53,14 @@ def render(groups: list[dict[str, Any]]) -> str:
         },
         "spec": {"groups": groups},
     }
-    body = yaml.dump(manifest, Dumper=_BlockDumper, sort_keys=False, width=100)
+    body = block_yaml(manifest, width=100)
     return HEADER + body
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="fail if the manifest is stale")
-    args = parser.parse_args(argv)
-    wanted = render(rule_groups())
-    if args.check:
-        current = MANIFEST.read_text(encoding="utf-8") if MANIFEST.exists() else ""
-        if current != wanted:
-            print(f"{MANIFEST.relative_to(REPO)} is out of date: run {Path(__file__).name}")
-            return 1
-        return 0
-    MANIFEST.write_text(wanted, encoding="utf-8")
-    return 0
+    return write_or_check(
+        argv, Path(__file__), __doc__, manifest=MANIFEST, render=lambda: render(rule_groups())
+    )
 
 
 if __name__ == "__main__":

@@ -20,21 +20,20 @@ Only the standard library is used at the top level, so the system python3 can ru
 from __future__ import annotations
 
 import argparse
-import contextlib
-import fcntl
-import json
 import os
-import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS_DIR = str(Path(__file__).resolve().parent)
+if SCRIPTS_DIR not in sys.path:  # loaded by file path, as the tests do, rather than run
+    sys.path.insert(0, SCRIPTS_DIR)
+from script_support import REPO_ROOT, RealEnvironment, run_step  # noqa: E402
+
 VENV_DIR = REPO_ROOT / ".venv-llamacpp"
 VENV_PYTHON = VENV_DIR / "bin" / "python"
 MODEL_PATH = VENV_DIR / "tiny-llama.gguf"
-STAMP_FILE = VENV_DIR / ".stallwatch-setup.json"
 LOCK_FILE = REPO_ROOT / ".cache" / "real-llamacpp-setup.lock"
 SERVER_OVERRIDE_ENV = "STALLWATCH_LLAMA_SERVER"
 
@@ -55,6 +54,15 @@ EXPECTED_STAMP = {
     "gguf": GGUF_VERSION,
     "model": MODEL_RECIPE,
 }
+
+ENVIRONMENT = RealEnvironment(
+    title="real llama.cpp environment",
+    venv_dir=VENV_DIR,
+    venv_python=VENV_PYTHON,
+    lock_file=LOCK_FILE,
+    expected_stamp=EXPECTED_STAMP,
+    setup_command="python3 scripts/real_llamacpp.py setup",
+)
 
 
 def cpu_supported(cpuinfo: Path = Path("/proc/cpuinfo")) -> tuple[bool, str]:
@@ -112,54 +120,20 @@ def server_environment() -> dict[str, str]:
     return {**os.environ, "LD_LIBRARY_PATH": path}
 
 
-def read_stamp() -> dict[str, str] | None:
-    try:
-        loaded = json.loads(STAMP_FILE.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return loaded if isinstance(loaded, dict) else None
-
-
 def missing_parts() -> list[str]:
     """What is missing from a complete environment; empty when it is complete."""
-    missing = []
-    if not VENV_PYTHON.exists():
-        missing.append(f"{VENV_PYTHON.relative_to(REPO_ROOT)} (the virtual environment)")
+    server_parts = []
     if not server_binary().exists():
-        missing.append(f"llama-server from {SERVER_DISTRIBUTION}=={SERVER_VERSION}")
+        server_parts.append(f"llama-server from {SERVER_DISTRIBUTION}=={SERVER_VERSION}")
     if not MODEL_PATH.exists():
-        missing.append(f"{MODEL_PATH.relative_to(REPO_ROOT)} (the tiny model)")
-    stamp = read_stamp()
-    if stamp is None or any(stamp.get(key) != value for key, value in EXPECTED_STAMP.items()):
-        missing.append(f"{STAMP_FILE.relative_to(REPO_ROOT)} with {EXPECTED_STAMP}")
-    return missing
-
-
-@contextlib.contextmanager
-def setup_lock() -> Iterator[None]:
-    """Serialises setups: two test runs on one machine must not build the same venv at once."""
-    LOCK_FILE.parent.mkdir(parents=True, exist_ok=True)
-    with LOCK_FILE.open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
-def run_step(title: str, command: Sequence[str]) -> float:
-    print(f"==> {title}: {' '.join(command)}", flush=True)
-    started = time.monotonic()
-    subprocess.run(command, check=True)
-    took = time.monotonic() - started
-    print(f"==> {title}: done in {took:.1f} s", flush=True)
-    return took
+        server_parts.append(f"{MODEL_PATH.relative_to(REPO_ROOT)} (the tiny model)")
+    return ENVIRONMENT.missing_parts(server_parts)
 
 
 def setup() -> int:
-    with setup_lock():
+    with ENVIRONMENT.setup_lock():
         if not missing_parts():
-            print(f"real llama.cpp environment is complete: {VENV_DIR.name} {read_stamp()}")
+            ENVIRONMENT.report_already_complete()
             return 0
         started = time.monotonic()
         timings: dict[str, float] = {}
@@ -184,7 +158,7 @@ def setup() -> int:
             "tiny model",
             [str(VENV_PYTHON), str(Path(__file__).resolve()), "make-model", str(MODEL_PATH)],
         )
-        STAMP_FILE.write_text(json.dumps(EXPECTED_STAMP, indent=2) + "\n", encoding="utf-8")
+        ENVIRONMENT.write_stamp()
         total = time.monotonic() - started
         summary = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in timings.items())
         size = sum(p.stat().st_size for p in VENV_DIR.rglob("*") if p.is_file())
@@ -289,31 +263,15 @@ def make_model(out: Path) -> int:
 
 
 def serve(port: int, extra_args: Sequence[str]) -> int:
-    missing = missing_parts()
-    if missing:
-        print(
-            "the real llama.cpp environment is incomplete, run `python3 scripts/real_llamacpp.py "
-            "setup`; missing: " + "; ".join(missing),
-            file=sys.stderr,
-        )
-        return 2
     command = server_command(port, extra_args)
-    # exec: the server keeps this process id, so whoever started us can signal it directly.
-    os.execve(command[0], command, server_environment())
+    return ENVIRONMENT.exec_server(missing_parts(), command, server_environment())
 
 
 def status() -> int:
-    missing = missing_parts()
-    _, why = cpu_supported()
-    if missing:
-        print("real llama.cpp environment is incomplete; missing:")
-        for part in missing:
-            print(f"  - {part}")
-        print("run: python3 scripts/real_llamacpp.py setup")
-        return 1
-    print(f"real llama.cpp environment is complete: {VENV_DIR} {read_stamp()}")
-    print(f"this CPU: {why}")
-    return 0
+    exit_code = ENVIRONMENT.report_status(missing_parts())
+    if exit_code == 0:
+        print(f"this CPU: {cpu_supported()[1]}")
+    return exit_code
 
 
 def main(argv: Sequence[str] | None = None) -> int:

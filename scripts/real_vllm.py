@@ -12,22 +12,21 @@ Only the standard library is used here, so the system python3 can run it. The mo
 from __future__ import annotations
 
 import argparse
-import contextlib
-import fcntl
-import json
 import os
 import shutil
-import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS_DIR = str(Path(__file__).resolve().parent)
+if SCRIPTS_DIR not in sys.path:  # loaded by file path, as the tests do, rather than run
+    sys.path.insert(0, SCRIPTS_DIR)
+from script_support import REPO_ROOT, RealEnvironment, run_step  # noqa: E402
+
 VENV_DIR = REPO_ROOT / ".venv-vllm"
 VENV_PYTHON = VENV_DIR / "bin" / "python"
 MODEL_DIR = VENV_DIR / "tiny-llama"
-STAMP_FILE = VENV_DIR / ".stallwatch-setup.json"
 LOCK_FILE = REPO_ROOT / ".cache" / "real-vllm-setup.lock"
 
 TORCH_VERSION = "2.13.0"
@@ -65,6 +64,15 @@ SERVER_ENV = {
 # one core for the front-end: on 2 cores every server pins to the same core. Unpinned threads
 # let the OS share the cores between the servers a test run starts. The environment may override.
 DEFAULT_OMP_THREADS_BIND = "nobind"
+
+ENVIRONMENT = RealEnvironment(
+    title="real vLLM environment",
+    venv_dir=VENV_DIR,
+    venv_python=VENV_PYTHON,
+    lock_file=LOCK_FILE,
+    expected_stamp=EXPECTED_STAMP,
+    setup_command="make real-vllm",
+)
 
 
 def server_command(port: int, extra_args: Sequence[str] = ()) -> list[str]:
@@ -107,53 +115,19 @@ def server_environment() -> dict[str, str]:
     }
 
 
-def read_stamp() -> dict[str, str] | None:
-    try:
-        loaded = json.loads(STAMP_FILE.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return loaded if isinstance(loaded, dict) else None
-
-
 def missing_parts() -> list[str]:
     """What is missing from a complete environment; empty when it is complete."""
-    missing = []
-    if not VENV_PYTHON.exists():
-        missing.append(f"{VENV_PYTHON.relative_to(REPO_ROOT)} (the virtual environment)")
+    server_parts = []
     for name in ("config.json", "model.safetensors", "tokenizer.json"):
         if not (MODEL_DIR / name).exists():
-            missing.append(f"{(MODEL_DIR / name).relative_to(REPO_ROOT)} (the tiny model)")
+            server_parts.append(f"{(MODEL_DIR / name).relative_to(REPO_ROOT)} (the tiny model)")
     if not any(VENV_DIR.glob(f"lib/python3*/site-packages/{VLLM_METADATA_ALIAS}/METADATA")):
-        missing.append(f"{VLLM_METADATA_ALIAS} (the vllm metadata alias)")
-    stamp = read_stamp()
-    if stamp is None or any(stamp.get(key) != value for key, value in EXPECTED_STAMP.items()):
-        missing.append(f"{STAMP_FILE.relative_to(REPO_ROOT)} with {EXPECTED_STAMP}")
-    return missing
+        server_parts.append(f"{VLLM_METADATA_ALIAS} (the vllm metadata alias)")
+    return ENVIRONMENT.missing_parts(server_parts)
 
 
 def is_complete() -> bool:
     return not missing_parts()
-
-
-@contextlib.contextmanager
-def setup_lock() -> Iterator[None]:
-    """Serialises setups: two test runs on one machine must not build the same venv at once."""
-    LOCK_FILE.parent.mkdir(parents=True, exist_ok=True)
-    with LOCK_FILE.open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
-def run_step(title: str, command: Sequence[str], env: dict[str, str] | None = None) -> float:
-    print(f"==> {title}: {' '.join(command)}", flush=True)
-    started = time.monotonic()
-    subprocess.run(command, check=True, env=env)
-    took = time.monotonic() - started
-    print(f"==> {title}: done in {took:.1f} s", flush=True)
-    return took
 
 
 def pip(*args: str) -> list[str]:
@@ -161,9 +135,9 @@ def pip(*args: str) -> list[str]:
 
 
 def setup() -> int:
-    with setup_lock():
+    with ENVIRONMENT.setup_lock():
         if is_complete():
-            print(f"real vLLM environment is complete: {VENV_DIR.name} {read_stamp()}")
+            ENVIRONMENT.report_already_complete()
             return 0
         total_started = time.monotonic()
         timings: dict[str, float] = {}
@@ -198,7 +172,7 @@ def setup() -> int:
             [str(VENV_PYTHON), str(Path(__file__).resolve()), "make-model", str(MODEL_DIR)],
             env={**os.environ, **OFFLINE_ENV},
         )
-        STAMP_FILE.write_text(json.dumps(EXPECTED_STAMP, indent=2) + "\n", encoding="utf-8")
+        ENVIRONMENT.write_stamp()
         total = time.monotonic() - total_started
         summary = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in timings.items())
         print(f"real vLLM environment ready in {total:.1f} s ({summary})", flush=True)
@@ -276,29 +250,12 @@ def make_model(out_dir: Path) -> int:
 
 
 def serve(port: int, extra_args: Sequence[str]) -> int:
-    missing = missing_parts()
-    if missing:
-        print(
-            "the real vLLM environment is incomplete, run `make real-vllm`; missing: "
-            + "; ".join(missing),
-            file=sys.stderr,
-        )
-        return 2
     command = server_command(port, extra_args)
-    # exec: the server keeps this process id, so whoever started us can signal it directly.
-    os.execve(command[0], command, server_environment())
+    return ENVIRONMENT.exec_server(missing_parts(), command, server_environment())
 
 
 def status() -> int:
-    missing = missing_parts()
-    if missing:
-        print("real vLLM environment is incomplete; missing:")
-        for part in missing:
-            print(f"  - {part}")
-        print("run: make real-vllm")
-        return 1
-    print(f"real vLLM environment is complete: {VENV_DIR} {read_stamp()}")
-    return 0
+    return ENVIRONMENT.report_status(missing_parts())
 
 
 def main(argv: Sequence[str] | None = None) -> int:
