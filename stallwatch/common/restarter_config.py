@@ -1,15 +1,7 @@
-"""The restarter's configuration: frozen dataclasses, built and checked from a plain mapping.
-
-Relative paths in the file (token, journal, TLS, action files) are taken relative to the
-directory of the configuration file, so a config and its secrets can move together.
-"""
+"""The restarter's configuration: frozen dataclasses, built and checked from a plain mapping."""
 
 from __future__ import annotations
 
-import os
-import re
-import shutil
-import stat
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
@@ -17,6 +9,17 @@ from urllib.parse import urlsplit
 
 from stallwatch.common.config import ConfigError, Section, parse_listen
 from stallwatch.common.exporter_config import metrics_in_base_url
+from stallwatch.common.kubernetes_config import (
+    KUBERNETES_ACTION_KEYS,
+    KubernetesAction,
+    KubernetesSettings,
+    PodRule,
+    kubernetes_action_from,
+    kubernetes_settings_from,
+    pod_rules_from,
+)
+from stallwatch.common.restart_budget import BUDGET_KEYS, Budget, budget_from
+from stallwatch.common.restarter_files import RestarterFiles
 
 DEFAULT_LISTEN = "127.0.0.1:9733"
 DEFAULT_RESTART_ALERTS: tuple[str, ...] = (
@@ -73,33 +76,7 @@ class HttpAction:
     kind: Literal["http"] = "http"
 
 
-KubernetesMode = Literal["evict", "delete", "rollout_restart"]
-KUBERNETES_MODES: tuple[KubernetesMode, ...] = ("evict", "delete", "rollout_restart")
-
-
-@dataclass(frozen=True)
-class KubernetesAction:
-    """Restart a pod through the Kubernetes API: evict it (PodDisruptionBudgets apply), delete
-    it, or restart its owner (a Deployment's or StatefulSet's rollout restart).
-
-    `namespace` and `pod` are set for a fixed target; a rule's action leaves them empty and
-    the pod the rule resolved fills them in.
-    """
-
-    mode: KubernetesMode = "evict"
-    namespace: str = ""
-    pod: str = ""
-    grace_period: int | None = None
-    kind: Literal["kubernetes"] = "kubernetes"
-
-
 Action = CommandAction | DockerAction | SystemdAction | HttpAction | KubernetesAction
-
-
-@dataclass(frozen=True)
-class Budget:
-    max_restarts: int = 3
-    window: float = 3600.0
 
 
 @dataclass(frozen=True)
@@ -156,53 +133,6 @@ class Target:
 
 
 @dataclass(frozen=True)
-class PodRule:
-    """An allow-rule: which alerts may restart which pods, and how.
-
-    The alert names the pod (its `namespace_label` and `pod_label`); the rule allows it only
-    when the namespace is listed, the alert's `alert_labels` match, and the pod read from the
-    API carries every label of `selector`. The confirmation reads the pod's IP at the
-    container port named `metrics_port`, never a URL from the alert.
-    """
-
-    name: str
-    namespaces: tuple[str, ...]
-    selector: tuple[tuple[str, str], ...]
-    metrics_port: str
-    action: KubernetesAction
-    metrics_path: str = "/metrics"
-    metrics_scheme: str = "http"
-    alert_labels: tuple[tuple[str, tuple[str, ...]], ...] = ()
-    namespace_label: str = "namespace"
-    pod_label: str = "pod"
-    cooldown: float = 600.0
-    budget: Budget = field(default_factory=Budget)
-    action_timeout: float = 120.0
-
-
-@dataclass(frozen=True)
-class LeaseSettings:
-    """The coordination.k8s.io Lease that makes one of several replicas the one that acts."""
-
-    name: str
-    namespace: str
-    identity: str
-    duration: float = 15.0
-    renew_every: float = 5.0
-
-
-@dataclass(frozen=True)
-class KubernetesSettings:
-    """How the restarter reaches the Kubernetes API (a kubeconfig file, or in-cluster)."""
-
-    kubeconfig: str | None = None
-    context: str | None = None
-    lease: LeaseSettings | None = None
-    events: bool = True
-    event_namespace_fallback: str = "default"
-
-
-@dataclass(frozen=True)
 class RestarterConfig:
     targets: tuple[Target, ...]
     journal: str
@@ -236,79 +166,7 @@ class RestarterConfig:
         return parse_listen(self.listen)
 
 
-class _Files:
-    """Paths of the config file, resolved next to it and checked on disk."""
-
-    def __init__(self, base_dir: Path) -> None:
-        self.base_dir = base_dir
-
-    def path(self, section: Section, key: str) -> str:
-        return str(self.base_dir / Path(section.string(key, required=True)).expanduser())
-
-    def existing_file(self, section: Section, key: str) -> str | None:
-        if not section.has(key):
-            return None
-        resolved = self.path(section, key)
-        if not Path(resolved).is_file():
-            raise section.error(key, f"file not found: {section.raw(key)}")
-        return resolved
-
-    def secret(self, section: Section, key: str) -> str | None:
-        """A file only its owner's group may read and only its owner may write."""
-        resolved = self.existing_file(section, key)
-        if resolved is None:
-            return None
-        mode = stat.S_IMODE(Path(resolved).stat().st_mode)
-        if mode & (stat.S_IROTH | stat.S_IWOTH | stat.S_IWGRP):
-            raise section.error(
-                key,
-                f"{section.raw(key)} has mode {mode:04o}: a secret must not be readable by "
-                "every user nor writable by its group (chmod 600, or 640 to share it with a group)",
-            )
-        return resolved
-
-    def token(self, section: Section, key: str) -> str | None:
-        resolved = self.secret(section, key)
-        if resolved is None:
-            return None
-        name = section.raw(key)
-        try:
-            token = Path(resolved).read_text(encoding="utf-8").strip()
-        except (OSError, UnicodeDecodeError) as error:
-            raise section.error(key, f"cannot read {name}: {error}") from None
-        if not token:
-            raise section.error(key, f"{name} is empty")
-        if any(ch.isspace() for ch in token) or not token.isascii():
-            raise section.error(key, f"{name} must hold one token of printable ASCII characters")
-        return token
-
-    def program(self, section: Section, name: str) -> str:
-        """argv[0] as it will be run: a path (relative ones next to the config) that is an
-        executable file, or a name found on the PATH now, as it would be at restart time."""
-        if "/" not in name:
-            if shutil.which(name) is None:
-                raise section.error("argv", f"program {name!r} not found on the PATH")
-            return name
-        resolved = self.base_dir / Path(name).expanduser()
-        if not resolved.is_file():
-            raise section.error("argv", f"program not found: {name}")
-        if not os.access(resolved, os.X_OK):
-            raise section.error("argv", f"{name} is not executable (chmod +x)")
-        return str(resolved)
-
-    def journal(self, section: Section, key: str) -> str:
-        resolved = Path(self.path(section, key))
-        if resolved.is_dir():
-            raise section.error(key, f"{resolved} is a directory, not a journal file")
-        for parent in resolved.parents:
-            if parent.exists():
-                if not parent.is_dir():
-                    raise section.error(key, f"{parent} is a file, not a directory")
-                break
-        return str(resolved)
-
-
-def _action(section: Section, files: _Files, action_timeout: float) -> Action:
+def _action(section: Section, files: RestarterFiles, action_timeout: float) -> Action:
     kind = section.choice("kind", "", tuple(_ACTION_KEYS))
     if kind == "command":
         argv = section.raw("argv")
@@ -328,7 +186,7 @@ def _action(section: Section, files: _Files, action_timeout: float) -> Action:
             stop_timeout=stop_timeout,
         )
     if kind == "kubernetes":
-        return _kubernetes_action(section, fixed=True)
+        return kubernetes_action_from(section, fixed=True)
     if kind == "systemd":
         unit = section.string("unit", required=True)
         if unit.startswith("-"):
@@ -344,29 +202,12 @@ def _action(section: Section, files: _Files, action_timeout: float) -> Action:
     )
 
 
-def _kubernetes_action(section: Section, *, fixed: bool) -> KubernetesAction:
-    """A kubernetes action; a fixed target names its pod, a rule's pods come from the API."""
-    mode = section.choice("mode", "evict", KUBERNETES_MODES)
-    grace = section.integer("grace_period", 0) if section.has("grace_period") else None
-    if not fixed:
-        for key in ("namespace", "pod"):
-            if section.has(key):
-                raise section.error(key, "a rule's pod comes from the alert and the API, not here")
-        return KubernetesAction(mode=mode, grace_period=grace)  # type: ignore[arg-type]
-    return KubernetesAction(
-        mode=mode,  # type: ignore[arg-type]
-        namespace=section.string("namespace", required=True),
-        pod=section.string("pod", required=True),
-        grace_period=grace,
-    )
-
-
 _ACTION_KEYS: dict[str, tuple[str, ...]] = {
     "command": ("kind", "argv"),
     "docker": ("kind", "container", "socket", "stop_timeout"),
     "systemd": ("kind", "unit", "user"),
     "http": ("kind", "url", "method", "bearer_token_file"),
-    "kubernetes": ("kind", "mode", "namespace", "pod", "grace_period"),
+    "kubernetes": KUBERNETES_ACTION_KEYS,
 }
 _TARGET_KEYS = (
     "name",
@@ -417,7 +258,7 @@ def _metrics_url(section: Section, warnings: list[str]) -> str:
     return url.rstrip("/") + metrics_path
 
 
-def _target(section: Section, files: _Files, warnings: list[str]) -> Target:
+def _target(section: Section, files: RestarterFiles, warnings: list[str]) -> Target:
     name = section.string("name", required=True)
     metrics_url = _metrics_url(section, warnings)
     action_timeout = section.duration("action_timeout", 120.0)
@@ -428,7 +269,7 @@ def _target(section: Section, files: _Files, warnings: list[str]) -> Target:
         raise section.error("action.kind", f"expected one of {kinds}, got {kind!r}")
     keys = _ACTION_KEYS[kind] if isinstance(kind, str) else ("kind",)
     action = _action(section.section("action", keys), files, action_timeout)
-    budget = section.section("budget", ("max_restarts", "window"))
+    budget = section.section("budget", BUDGET_KEYS)
     cooldown_auto = _cooldown_auto(section)
     return Target(
         name=name,
@@ -440,15 +281,9 @@ def _target(section: Section, files: _Files, warnings: list[str]) -> Target:
             else section.duration("cooldown", 600.0, zero=True)
         ),
         cooldown_auto=cooldown_auto,
-        budget=Budget(
-            max_restarts=budget.integer("max_restarts", 3, minimum=1),
-            window=budget.duration("window", 3600.0),
-        ),
+        budget=budget_from(budget),
         action_timeout=action_timeout,
     )
-
-
-_KUBERNETES_KEYS = ("kubeconfig", "context", "lease", "events")
 
 
 def _cooldown_auto(section: Section) -> CooldownAuto | None:
@@ -487,113 +322,12 @@ _TOP_KEYS = (
     "rules",
     "kubernetes",
 )
-_RULE_KEYS = (
-    "name",
-    "namespaces",
-    "alert_labels",
-    "namespace_label",
-    "pod_label",
-    "selector",
-    "metrics_port",
-    "metrics_path",
-    "metrics_scheme",
-    "action",
-    "cooldown",
-    "budget",
-    "action_timeout",
-)
-# Names the API would refuse anyway; checked here so a typo fails at load, not at restart.
-_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
-
-
-def _rule(section: Section) -> PodRule:
-    name = section.string("name", required=True)
-    namespaces = section.string_list("namespaces", ())
-    if not namespaces:
-        raise section.error("namespaces", "list the namespaces this rule may restart pods in")
-    for namespace in namespaces:
-        if not _DNS_LABEL.fullmatch(namespace):
-            raise section.error("namespaces", f"{namespace!r} is not a namespace name")
-    selector = section.string_map("selector")
-    if not selector:
-        raise section.error(
-            "selector", "give the labels a pod must carry (read from the API, not the alert)"
-        )
-    alert_labels: list[tuple[str, tuple[str, ...]]] = []
-    raw_labels = section.raw("alert_labels", {})
-    if not isinstance(raw_labels, dict):
-        raise section.error("alert_labels", "expected a mapping of label to a list of values")
-    for label, values in raw_labels.items():
-        if (
-            not isinstance(values, list)
-            or not values
-            or not all(isinstance(v, str) for v in values)
-        ):
-            raise section.error(f"alert_labels.{label}", "expected a list of allowed values")
-        alert_labels.append((str(label), tuple(values)))
-    metrics_path = section.string("metrics_path", "/metrics")
-    if not metrics_path.startswith("/"):
-        raise section.error("metrics_path", "must start with /")
-    action_section = section.section("action", _ACTION_KEYS["kubernetes"])
-    if action_section.string("kind", "kubernetes") != "kubernetes":
-        raise section.error("action.kind", "a rule's action is kind: kubernetes")
-    budget = section.section("budget", ("max_restarts", "window"))
-    return PodRule(
-        name=name,
-        namespaces=namespaces,
-        selector=tuple(sorted(selector.items())),
-        metrics_port=section.string("metrics_port", required=True),
-        action=_kubernetes_action(action_section, fixed=False),
-        metrics_path=metrics_path,
-        metrics_scheme=section.choice("metrics_scheme", "http", ("http", "https")),
-        alert_labels=tuple(sorted(alert_labels)),
-        namespace_label=section.string("namespace_label", "namespace"),
-        pod_label=section.string("pod_label", "pod"),
-        cooldown=section.duration("cooldown", 600.0, zero=True),
-        budget=Budget(
-            max_restarts=budget.integer("max_restarts", 3, minimum=1),
-            window=budget.duration("window", 3600.0),
-        ),
-        action_timeout=section.duration("action_timeout", 120.0),
-    )
-
-
-def _kubernetes(section: Section, files: _Files) -> KubernetesSettings:
-    lease_settings: LeaseSettings | None = None
-    if section.has("lease"):
-        lease = section.section(
-            "lease", ("name", "namespace", "identity", "duration", "renew_every")
-        )
-        identity = lease.optional_string("identity") or os.environ.get("POD_NAME", "")
-        if not identity:
-            raise lease.error(
-                "identity", "is required (or set POD_NAME, from the downward API, as it runs)"
-            )
-        duration = lease.duration("duration", 15.0)
-        renew_every = lease.duration("renew_every", 5.0)
-        if renew_every * 2 > duration:
-            raise lease.error(
-                "renew_every", "must be at most half the duration (a holder renews in time)"
-            )
-        lease_settings = LeaseSettings(
-            name=lease.string("name", required=True),
-            namespace=lease.string("namespace", required=True),
-            identity=identity,
-            duration=duration,
-            renew_every=renew_every,
-        )
-    return KubernetesSettings(
-        kubeconfig=files.existing_file(section, "kubeconfig"),
-        context=section.optional_string("context"),
-        lease=lease_settings,
-        events=section.boolean("events", True),
-    )
 
 
 def restarter_config_from_mapping(data: object, source: str, base_dir: Path) -> RestarterConfig:
     """Build and check the restarter's config; `source` names the file in every error."""
     top = Section(source, "", data, _TOP_KEYS)
-    files = _Files(base_dir)
+    files = RestarterFiles(base_dir)
     top.listen("listen", DEFAULT_LISTEN)  # checked here; the config keeps the text as written
     insecure = top.boolean("insecure_no_auth", False)
     token = files.token(top, "token_file")
@@ -645,14 +379,8 @@ def restarter_config_from_mapping(data: object, source: str, base_dir: Path) -> 
     )
     targets: list[Target] = []
     warnings: list[str] = []
-    rules = tuple(_rule(section) for section in top.sections("rules", _RULE_KEYS))
-    if len({rule.name for rule in rules}) != len(rules):
-        raise top.error("rules", "rule names must differ")
-    kubernetes = (
-        _kubernetes(top.section("kubernetes", _KUBERNETES_KEYS), files)
-        if top.has("kubernetes")
-        else None
-    )
+    rules = pod_rules_from(top)
+    kubernetes = kubernetes_settings_from(top, files)
     for index, section in enumerate(top.sections("targets", _TARGET_KEYS, required=not rules)):
         target = _target(section, files, warnings)
         if target.name in {t.name for t in targets}:

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from stallwatch.common.restarter_config import PodRule
+from stallwatch.common.kubernetes_config import PodRule
 
 # LeaderWorkerSet's pod labels (sigs.k8s.io/lws): the set, the group's index, and the pod's
 # index in its group (0 is the leader).

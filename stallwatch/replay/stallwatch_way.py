@@ -14,8 +14,8 @@ from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from stallwatch.common.restart_budget import Budget
 from stallwatch.common.restarter_config import (
-    Budget,
     CommandAction,
     ConfirmSettings,
     RestarterConfig,

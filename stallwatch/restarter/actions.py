@@ -21,11 +21,11 @@ from urllib.parse import quote
 import aiohttp
 
 from stallwatch import USER_AGENT
+from stallwatch.common.kubernetes_config import KubernetesAction
 from stallwatch.common.restarter_config import (
     CommandAction,
     DockerAction,
     HttpAction,
-    KubernetesAction,
     SystemdAction,
     Target,
 )

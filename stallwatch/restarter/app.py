@@ -29,7 +29,7 @@ from stallwatch.core.alerts import PayloadError, parse_notification
 from stallwatch.restarter.auth_failures import AuthFailureLog
 from stallwatch.restarter.confirm import confirm_stall
 from stallwatch.restarter.gate import IDLE_KEEPALIVE_SECONDS, ConnectionGate, RequestsSeen
-from stallwatch.restarter.journal import JournalError, printable
+from stallwatch.restarter.journal_reader import JournalError, printable
 from stallwatch.restarter.service import JOURNAL_UNWRITABLE, Confirmer, Restarter
 
 log = logging.getLogger("stallwatch.restarter")

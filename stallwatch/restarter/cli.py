@@ -21,7 +21,8 @@ from stallwatch.common.config import ConfigError, parse_duration
 from stallwatch.common.config_files import load_restarter_config as load_config
 from stallwatch.common.restarter_config import RestarterConfig
 from stallwatch.exporter.fetch import read_metrics
-from stallwatch.restarter.journal import Journal, JournalEntry, JournalError, printable
+from stallwatch.restarter.journal import Journal
+from stallwatch.restarter.journal_reader import JournalEntry, JournalError, JournalReader, printable
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
@@ -294,7 +295,7 @@ def run_journal(args: argparse.Namespace) -> int:
         print("--limit: expected a positive integer", file=sys.stderr)
         return 2
     try:
-        journal = Journal.open_read_only(config.journal)
+        journal = JournalReader.open_read_only(config.journal)
     except FileNotFoundError as error:
         print(f"{error} (the restarter has not written anything yet)", file=sys.stderr)
         return 1

@@ -22,7 +22,8 @@ from stallwatch.core.alerts import Notification
 from stallwatch.core.fleet import breaker_trip, current_controls
 from stallwatch.core.policy import History
 from stallwatch.exporter.fetch import read_metrics
-from stallwatch.restarter.journal import Journal, printable
+from stallwatch.restarter.journal import Journal
+from stallwatch.restarter.journal_reader import printable
 from stallwatch.restarter.metrics import RestarterMetrics
 
 log = logging.getLogger("stallwatch.restarter")

@@ -1,9 +1,9 @@
-"""The journal: every decision the restarter makes, durably, in SQLite.
+"""The journal: every decision the restarter makes, durably, in SQLite; its schema and writes.
 
-Cooldowns, budgets, duplicates and fleet windows are all computed from it, so they survive a
-restart of the restarter. Writes are small and synchronous (one row, one commit), made in
-the event loop thread before the webhook answers: no other coroutine can run between
-reading the history and writing the decision that depends on it.
+Cooldowns, budgets, duplicates and fleet windows are all computed from it (the queries are in
+`journal_reader`), so they survive a restart of the restarter. Writes are small and synchronous
+(one row, one commit), made in the event loop thread before the webhook answers: no other
+coroutine can run between reading the history and writing the decision that depends on it.
 """
 
 from __future__ import annotations
@@ -11,16 +11,13 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from stallwatch.core.alerts import Alert
-from stallwatch.core.fleet import CONTROL_KINDS, ControlEvent, ControlKind
-from stallwatch.core.policy import Decision, History, PastDecision, PastRestart
-
-# The rows the duplicate rule reads: restarts (dry-run ones too) and refusals by confirmation.
-DECISIVE_ROWS = "decision = 'restart' OR reason = 'dry_run' OR reason LIKE 'not_confirmed_%'"
+from stallwatch.core.fleet import CONTROL_KINDS, ControlKind
+from stallwatch.core.policy import Decision
+from stallwatch.restarter.journal_reader import DECISIVE_ROWS, JournalError, JournalReader
 
 SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS journal (
@@ -48,78 +45,9 @@ CREATE INDEX IF NOT EXISTS journal_decision_time ON journal (decision, time);
 CREATE INDEX IF NOT EXISTS journal_restart_id ON journal (restart_id);
 """
 
-COLUMNS = (
-    "id",
-    "time",
-    "target",
-    "alertname",
-    "fingerprint",
-    "starts_at",
-    "decision",
-    "reason",
-    "detail",
-    "result",
-    "duration_seconds",
-    "restart_id",
-    "receiver",
-    "external_url",
-)
 
-INTERRUPTED = "interrupted"
-
-# A restart, or in dry-run mode a restart that would have happened.
-_RESTART_LIKE = (
-    "(d.decision = 'restart' OR (:dry_run AND d.decision = 'skip' AND d.reason = 'dry_run'))"
-)
-
-
-@dataclass(frozen=True)
-class JournalEntry:
-    id: int
-    time: float
-    target: str
-    alertname: str
-    fingerprint: str
-    starts_at: str
-    decision: str
-    reason: str
-    detail: str
-    result: str | None
-    duration_seconds: float | None
-    restart_id: int | None
-    receiver: str
-    external_url: str
-
-    def as_json(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in COLUMNS}
-
-
-def printable(text: str) -> str:
-    """`text` with control and invisible characters escaped, safe for a log or a terminal
-    (a label holding ESC or a newline could otherwise forge lines)."""
-    if text.isprintable():
-        return text
-    return "".join(
-        char if char.isprintable() else char.encode("unicode_escape").decode("ascii")
-        for char in text
-    )
-
-
-class JournalError(Exception):
-    """The journal cannot be read or written; the message names the file."""
-
-
-class Journal:
-    """The journal file; every failure to read or write it is a JournalError naming the file.
-
-    `failure` holds the last error until a write succeeds again: while it is set the journal
-    cannot be trusted to record a restart, so the restarter acts on nothing and says so.
-    """
-
-    def __init__(self, connection: sqlite3.Connection, path: Path) -> None:
-        self._db = connection
-        self.path = path
-        self.failure: str | None = None
+class Journal(JournalReader):
+    """The journal file, read and written; every failure is a JournalError naming the file."""
 
     @classmethod
     def open(cls, path: str | Path) -> Journal:
@@ -146,30 +74,6 @@ class Journal:
             connection.close()
             raise
         return cls(connection, file)
-
-    @classmethod
-    def open_read_only(cls, path: str | Path) -> Journal:
-        file = Path(path)
-        if not file.is_file():
-            raise FileNotFoundError(f"no journal at {file}")
-        try:
-            connection = sqlite3.connect(f"{file.resolve().as_uri()}?mode=ro", uri=True)
-        except sqlite3.Error as error:
-            raise JournalError(f"journal {file}: cannot open: {error}") from None
-        return cls(connection, file)
-
-    def close(self) -> None:
-        self._db.close()
-
-    @contextlib.contextmanager
-    def _guard(self, doing: str, *, writes: bool = False) -> Iterator[None]:
-        try:
-            yield
-        except sqlite3.Error as error:
-            self.failure = f"journal {self.path}: cannot {doing}: {error}"
-            raise JournalError(self.failure) from None
-        if writes:
-            self.failure = None
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[None]:
@@ -266,57 +170,6 @@ class Journal:
             }
         )
 
-    def unfinished_restarts(self) -> list[JournalEntry]:
-        """Restart rows with no result: their action was running when the restarter died."""
-        with self._guard("read"):
-            rows = self._db.execute(
-                f"SELECT {', '.join('d.' + name for name in COLUMNS)} FROM journal d "
-                "WHERE d.decision = 'restart' AND NOT EXISTS (SELECT 1 FROM journal r "
-                "WHERE r.restart_id = d.id AND r.decision = 'action_result') ORDER BY d.id"
-            ).fetchall()
-        return [JournalEntry(*row) for row in rows]
-
-    def restarts_since(self, since: float, *, dry_run: bool = False) -> tuple[PastRestart, ...]:
-        """Restarts decided after `since`, each with the time its action finished (if it has)."""
-        with self._guard("read"):
-            rows = self._db.execute(
-                "SELECT d.target, d.time, "
-                "CASE WHEN d.decision = 'skip' THEN d.time ELSE r.time END "
-                "FROM journal d LEFT JOIN journal r "
-                "ON r.restart_id = d.id AND r.decision = 'action_result' "
-                f"WHERE {_RESTART_LIKE} AND d.time > :since ORDER BY d.time",
-                {"since": since, "dry_run": dry_run},
-            ).fetchall()
-        return tuple(PastRestart(target, decided, finished) for target, decided, finished in rows)
-
-    def history(self, alert: Alert, *, since: float, dry_run: bool = False) -> History:
-        """What `policy.decide` needs to judge `alert`."""
-        with self._guard("read"):
-            same = self._db.execute(
-                # Only the rows the duplicate rule reads: restarts (dry-run ones too) and
-                # refusals by confirmation. Earlier duplicates are left out, so a storm of
-                # deliveries of one alert costs the same per delivery however long it lasts.
-                "SELECT time, decision, reason FROM journal "
-                "WHERE fingerprint = ? AND starts_at = ? "
-                f"AND ({DECISIVE_ROWS}) "
-                "ORDER BY time",
-                (alert.fingerprint, alert.starts_at),
-            ).fetchall()
-        return History(
-            restarts=self.restarts_since(since, dry_run=dry_run),
-            same_alert=tuple(PastDecision(time, action, reason) for time, action, reason in same),
-        )
-
-    def last_restart_times(self, *, dry_run: bool = False) -> dict[str, float]:
-        """The time of each target's latest restart decision."""
-        with self._guard("read"):
-            rows = self._db.execute(
-                f"SELECT d.target, MAX(d.time) FROM journal d "
-                f"WHERE {_RESTART_LIKE} GROUP BY d.target",
-                {"dry_run": dry_run},
-            ).fetchall()
-        return {target: time for target, time in rows}
-
     def record_control(
         self, kind: ControlKind, detail: str, now: float, *, duration: float | None = None
     ) -> int:
@@ -336,56 +189,6 @@ class Journal:
                 "duration_seconds": duration,
             }
         )
-
-    def controls(self) -> tuple[ControlEvent, ...]:
-        """The control rows since the latest `resumed` (that one included), oldest first."""
-        with self._guard("read"):
-            rows = self._db.execute(
-                "SELECT reason, time, detail, duration_seconds FROM journal "
-                "WHERE decision = 'control' AND id >= COALESCE((SELECT MAX(id) FROM journal "
-                "WHERE decision = 'control' AND reason = 'resumed'), 0) ORDER BY id"
-            ).fetchall()
-        return tuple(
-            ControlEvent(kind, time, detail, duration)
-            for kind, time, detail, duration in rows
-            if kind in CONTROL_KINDS
-        )
-
-    def failed_actions_in_a_row(self, limit: int) -> int:
-        """How many of the latest action results since the last resume failed, newest first,
-        up to the first success (interrupted ones, cut short by the restarter's own stop,
-        are left out), counting at most `limit`."""
-        with self._guard("read"):
-            rows = self._db.execute(
-                "SELECT result FROM journal WHERE decision = 'action_result' "
-                "AND result != :interrupted AND id > COALESCE((SELECT MAX(id) FROM journal "
-                "WHERE decision = 'control' AND reason = 'resumed'), 0) "
-                "ORDER BY id DESC LIMIT :limit",
-                {"interrupted": INTERRUPTED, "limit": limit},
-            ).fetchall()
-        failed = 0
-        for (result,) in rows:
-            if result == "success":
-                break
-            failed += 1
-        return failed
-
-    def stalled_targets(self, since: float, alertnames: tuple[str, ...]) -> frozenset[str]:
-        """Targets with a restart alert whose latest row since `since` is a firing one (a
-        decision about it), not `resolved`: the servers stalled now, as far as alerts tell."""
-        if not alertnames:
-            return frozenset()
-        marks = ", ".join("?" for _ in alertnames)
-        with self._guard("read"):
-            rows = self._db.execute(
-                "SELECT j.target, j.decision FROM journal j "
-                f"WHERE j.time > ? AND j.alertname IN ({marks}) AND j.target != '' "
-                "AND j.decision IN ('restart', 'skip', 'resolved') "
-                "AND j.id = (SELECT MAX(k.id) FROM journal k WHERE k.fingerprint = j.fingerprint "
-                "AND k.target = j.target AND k.decision IN ('restart', 'skip', 'resolved'))",
-                (since, *alertnames),
-            ).fetchall()
-        return frozenset(target for target, decision in rows if decision != "resolved")
 
     def record_load_time(self, restart_id: int, seconds: float, now: float) -> int:
         """Write how long the target restarted by row `restart_id` took to serve metrics again."""
@@ -411,35 +214,6 @@ class Journal:
                 "restart_id": restart_id,
             }
         )
-
-    def load_times(self) -> dict[str, float]:
-        """Each target's latest measured model-load time."""
-        with self._guard("read"):
-            rows = self._db.execute(
-                "SELECT target, duration_seconds FROM journal WHERE id IN (SELECT MAX(id) "
-                "FROM journal WHERE decision = 'load_measured' GROUP BY target)"
-            ).fetchall()
-        return {target: seconds for target, seconds in rows}
-
-    def recent(self, limit: int, *, target: str | None = None) -> list[JournalEntry]:
-        """The latest `limit` rows (of `target` only, if given), newest first."""
-        where = "" if target is None else "WHERE target = :target "
-        with self._guard("read"):
-            rows = self._db.execute(
-                f"SELECT {', '.join(COLUMNS)} FROM journal {where}ORDER BY id DESC LIMIT :limit",
-                {"limit": limit, "target": target},
-            ).fetchall()
-        return [JournalEntry(*row) for row in rows]
-
-    def count(self, **equal: str) -> int:
-        """Rows whose columns equal the given values (for tests and tooling)."""
-        for name in equal:
-            if name not in COLUMNS:
-                raise ValueError(f"unknown column {name}")
-        where = " AND ".join(f"{name} = :{name}" for name in equal) or "1"
-        with self._guard("read"):
-            row = self._db.execute(f"SELECT COUNT(*) FROM journal WHERE {where}", equal).fetchone()
-        return int(row[0])
 
 
 _DAMAGED_ADVICE = (

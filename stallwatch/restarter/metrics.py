@@ -6,7 +6,8 @@ import prometheus_client
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from stallwatch import __version__
-from stallwatch.common.restarter_config import KubernetesAction, RestarterConfig
+from stallwatch.common.kubernetes_config import KubernetesAction
+from stallwatch.common.restarter_config import RestarterConfig
 
 RESULTS = ("success", "failure", "timeout")
 # The result of an eviction a PodDisruptionBudget refused (kubernetes actions only).

@@ -24,7 +24,8 @@ from stallwatch.core.policy import Decision, History, decide, decide_confirmed, 
 from stallwatch.restarter.actions import ActionOutcome, ActionRunner
 from stallwatch.restarter.confirm import confirm_stall
 from stallwatch.restarter.fleet import FleetGuard
-from stallwatch.restarter.journal import INTERRUPTED, Journal, JournalError, printable
+from stallwatch.restarter.journal import Journal
+from stallwatch.restarter.journal_reader import INTERRUPTED, JournalError, printable
 from stallwatch.restarter.metrics import UNCONFIGURED_TARGET, RestarterMetrics
 
 if TYPE_CHECKING:

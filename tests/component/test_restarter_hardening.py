@@ -13,7 +13,8 @@ import pytest
 from stallwatch.cli import main
 from stallwatch.core.alerts import Alert
 from stallwatch.core.policy import Decision
-from stallwatch.restarter.journal import Journal, JournalError
+from stallwatch.restarter.journal import Journal
+from stallwatch.restarter.journal_reader import JournalError
 from stallwatch.restarter.service import ACTION_IN_PROGRESS, Restarter
 from tests.component.restarter_support import (
     AUTH,

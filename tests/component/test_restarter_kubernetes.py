@@ -14,7 +14,8 @@ import yaml
 from aiohttp.test_utils import TestClient, TestServer
 
 from stallwatch.common.config_files import load_restarter_config
-from stallwatch.common.restarter_config import KubernetesAction, KubernetesSettings, RestarterConfig
+from stallwatch.common.kubernetes_config import KubernetesAction, KubernetesSettings
+from stallwatch.common.restarter_config import RestarterConfig
 from stallwatch.restarter.app import RESTARTER_KEY, build_app
 from stallwatch.restarter.kube.action import PodRestarter
 from stallwatch.restarter.kube.api import ApiException, KubeApi

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from stallwatch.common.restarter_config import KubernetesAction, PodRule
+from stallwatch.common.kubernetes_config import KubernetesAction, PodRule
 from stallwatch.core.pod_rules import (
     LWS_GROUP,
     LWS_NAME,

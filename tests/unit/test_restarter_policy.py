@@ -7,8 +7,8 @@ from types import MappingProxyType
 
 import pytest
 
+from stallwatch.common.restart_budget import Budget
 from stallwatch.common.restarter_config import (
-    Budget,
     CommandAction,
     ConfirmSettings,
     CooldownAuto,

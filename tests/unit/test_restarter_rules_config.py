@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from stallwatch.common.config import ConfigError
-from stallwatch.common.restarter_config import KubernetesAction, restarter_config_from_mapping
+from stallwatch.common.kubernetes_config import KubernetesAction
+from stallwatch.common.restarter_config import restarter_config_from_mapping
 
 RULE: dict[str, Any] = {
     "name": "vllm",

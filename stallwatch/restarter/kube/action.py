@@ -11,7 +11,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Literal
 
-from stallwatch.common.restarter_config import KubernetesAction
+from stallwatch.common.kubernetes_config import KubernetesAction
 from stallwatch.core.pod_rules import PodFacts, group_of
 from stallwatch.restarter.kube.api import ApiException, KubeApi
 

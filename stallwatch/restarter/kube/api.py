@@ -15,7 +15,7 @@ from typing import Any
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from stallwatch.common.restarter_config import KubernetesSettings
+from stallwatch.common.kubernetes_config import KubernetesSettings
 from stallwatch.core.lease import LEDGER_ANNOTATION, LeaseView
 from stallwatch.core.pod_rules import PodFacts
 

@@ -14,7 +14,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from stallwatch.common.restarter_config import LeaseSettings
+from stallwatch.common.kubernetes_config import LeaseSettings
 from stallwatch.core.lease import decode_ledger, encode_ledger, lease_move, merge_restarts
 from stallwatch.core.policy import PastRestart
 from stallwatch.restarter.kube.api import ApiException, KubeApi

@@ -12,7 +12,8 @@ import logging
 from collections.abc import Callable
 from dataclasses import replace
 
-from stallwatch.common.restarter_config import KubernetesAction, RestarterConfig, Target
+from stallwatch.common.kubernetes_config import KubernetesAction
+from stallwatch.common.restarter_config import RestarterConfig, Target
 from stallwatch.core.alerts import TARGET_LABEL, Alert, Notification
 from stallwatch.core.pod_rules import (
     PodName,
