@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from stallwatch.common.config import Section
-from stallwatch.common.restart_budget import BUDGET_KEYS, Budget, budget_from
+from stallwatch.common.restart_limits import BUDGET_KEYS, Budget, budget_from
 from stallwatch.common.restarter_files import RestarterFiles
 
 KubernetesMode = Literal["evict", "delete", "rollout_restart"]

@@ -18,7 +18,13 @@ from stallwatch.common.kubernetes_config import (
     kubernetes_settings_from,
     pod_rules_from,
 )
-from stallwatch.common.restart_budget import BUDGET_KEYS, Budget, budget_from
+from stallwatch.common.restart_limits import (
+    BUDGET_KEYS,
+    Budget,
+    CooldownAuto,
+    budget_from,
+    cooldown_auto_from,
+)
 from stallwatch.common.restarter_files import RestarterFiles
 
 DEFAULT_LISTEN = "127.0.0.1:9733"
@@ -101,15 +107,6 @@ class Breaker:
 
     on_mass_stall: bool = True
     failed_actions: int = 3  # failed actions in a row, fleet-wide; 0: never
-
-
-@dataclass(frozen=True)
-class CooldownAuto:
-    """`cooldown: auto`: factor x the target's last measured load time, within floor and max."""
-
-    floor: float = 600.0
-    factor: float = 3.0
-    max: float = 7200.0
 
 
 @dataclass(frozen=True)
@@ -270,7 +267,7 @@ def _target(section: Section, files: RestarterFiles, warnings: list[str]) -> Tar
     keys = _ACTION_KEYS[kind] if isinstance(kind, str) else ("kind",)
     action = _action(section.section("action", keys), files, action_timeout)
     budget = section.section("budget", BUDGET_KEYS)
-    cooldown_auto = _cooldown_auto(section)
+    cooldown_auto = cooldown_auto_from(section)
     return Target(
         name=name,
         metrics_url=metrics_url,
@@ -284,23 +281,6 @@ def _target(section: Section, files: RestarterFiles, warnings: list[str]) -> Tar
         budget=budget_from(budget),
         action_timeout=action_timeout,
     )
-
-
-def _cooldown_auto(section: Section) -> CooldownAuto | None:
-    """`cooldown: auto` (with optional `cooldown_auto: {floor, factor, max}`), else None."""
-    auto = section.section("cooldown_auto", ("floor", "factor", "max"))
-    if section.raw("cooldown") != "auto":
-        if section.has("cooldown_auto"):
-            raise section.error("cooldown_auto", "only goes with cooldown: auto")
-        return None
-    floor = auto.duration("floor", 600.0, zero=True)
-    ceiling = auto.duration("max", 7200.0)
-    if ceiling < floor:
-        raise auto.error("max", "must not be shorter than floor")
-    factor = auto.raw("factor", 3.0)
-    if isinstance(factor, bool) or not isinstance(factor, int | float) or not 1 <= factor <= 100:
-        raise auto.error("factor", f"expected a number from 1 to 100, got {factor!r}")
-    return CooldownAuto(floor=floor, factor=float(factor), max=ceiling)
 
 
 _TOP_KEYS = (

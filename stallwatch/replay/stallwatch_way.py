@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from stallwatch.common.restart_budget import Budget
+from stallwatch.common.restart_limits import Budget
 from stallwatch.common.restarter_config import (
     CommandAction,
     ConfirmSettings,

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from stallwatch.common.restart_budget import Budget
+from stallwatch.common.restart_limits import Budget
 from stallwatch.common.restarter_config import CommandAction, RestarterConfig, Target
 from stallwatch.core.alerts import Alert
 from stallwatch.core.confirmation import Confirmation

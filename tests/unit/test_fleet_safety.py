@@ -8,10 +8,10 @@ from dataclasses import replace
 
 import pytest
 
+from stallwatch.common.restart_limits import CooldownAuto
 from stallwatch.common.restarter_config import (
     Breaker,
     CommandAction,
-    CooldownAuto,
     RestarterConfig,
     Target,
 )

@@ -12,10 +12,10 @@ import yaml
 
 from stallwatch.common.config import ConfigError
 from stallwatch.common.config_files import load_restarter_config as load_config
+from stallwatch.common.restart_limits import CooldownAuto
 from stallwatch.common.restarter_config import (
     Breaker,
     CommandAction,
-    CooldownAuto,
     DockerAction,
     HttpAction,
     MassStall,

@@ -7,11 +7,10 @@ from types import MappingProxyType
 
 import pytest
 
-from stallwatch.common.restart_budget import Budget
+from stallwatch.common.restart_limits import Budget, CooldownAuto
 from stallwatch.common.restarter_config import (
     CommandAction,
     ConfirmSettings,
-    CooldownAuto,
     FleetWindow,
     RestarterConfig,
     Target,
