@@ -2,10 +2,13 @@
 switch in the journal, their gauges, and measuring a restarted model's load time.
 
 Where the restarter learns how many servers are stalled at once: from the restart alerts it
-receives. A target counts as stalled from the moment its firing alert arrives (kept in memory
-until its decision is journaled) until its resolved notification, or for `mass_stall.window`
-with no news (a lost resolved notification must not hold the fleet forever). The decisions
-come from `stallwatch.core.fleet`; this module only reads and writes the journal.
+receives. A target counts as stalled from the moment its firing alert arrives until its
+resolved notification, or for `mass_stall.window` with no news (a lost resolved notification
+must not hold the fleet forever). The firing alerts are read from the journal once, when the
+first notification comes (so a restarted restarter still knows them), and followed in memory
+from then on: every delivery is a journal row, and a query per delivery made a storm of
+duplicates cost more per delivery the longer it lasted. The decisions come from
+`stallwatch.core.fleet`; this module only reads and writes the journal.
 """
 
 from __future__ import annotations
@@ -31,6 +34,9 @@ log = logging.getLogger("stallwatch.restarter")
 # After a restart of a `cooldown: auto` target, its /metrics is read this often until it
 # answers with engine metrics (the model is loaded), for at most its `cooldown_auto.max`.
 LOAD_POLL_SECONDS = 5.0
+# How far back the firing alerts are read at start, and kept: beyond any sensible
+# `mass_stall.window`, so a window lengthened by a reload still finds them.
+FIRING_LOOKBACK_SECONDS = 86400.0
 
 
 class FleetGuard:
@@ -47,14 +53,23 @@ class FleetGuard:
         self.metrics = metrics
         self._config = config
         self.clock = clock
-        # Firing restart alerts received and not yet resolved: target -> time last seen.
-        self._arrived: dict[str, float] = {}
+        # Firing restart alerts not resolved: (target, fingerprint) -> time last seen; None
+        # until read from the journal.
+        self._firing: dict[tuple[str, str], float] | None = None
+
+    def _firing_alerts(self) -> dict[tuple[str, str], float]:
+        if self._firing is None:
+            config = self._config()
+            since = self.clock() - max(config.mass_stall.window, FIRING_LOOKBACK_SECONDS)
+            self._firing = self.journal.firing_alerts(since, config.restart_alerts)
+        return self._firing
 
     def notice(self, notification: Notification) -> None:
         """Count the notification's restart alerts as stalls (or their end), then see whether
         the breaker must open, before any of them is judged."""
         config = self._config()
         now = self.clock()
+        firing = self._firing_alerts()
         for alert in notification.alerts:
             name = alert.target
             if alert.alertname not in config.restart_alerts or name is None:
@@ -62,17 +77,22 @@ class FleetGuard:
             if config.target(name) is None:
                 continue
             if alert.status == "resolved":
-                self._arrived.pop(name, None)
+                firing.pop((name, alert.fingerprint), None)
             else:
-                self._arrived[name] = now
+                firing[(name, alert.fingerprint)] = now
+        since = now - max(config.mass_stall.window, FIRING_LOOKBACK_SECONDS)
+        for key in [key for key, at in firing.items() if at <= since]:
+            del firing[key]
         self.check_breaker()
 
     def stalled(self, now: float) -> frozenset[str]:
         config = self._config()
         since = now - config.mass_stall.window
-        seen = self.journal.stalled_targets(since, config.restart_alerts)
-        fresh = {name for name, at in self._arrived.items() if at > since}
-        return frozenset(n for n in seen | fresh if config.target(n) is not None)
+        return frozenset(
+            name
+            for (name, _), at in self._firing_alerts().items()
+            if at > since and config.target(name) is not None
+        )
 
     def with_fleet(self, history: History, now: float) -> History:
         """`history` with what the fleet rules read: stalls, controls, load times."""

@@ -203,22 +203,27 @@ class JournalReader:
             failed += 1
         return failed
 
-    def stalled_targets(self, since: float, alertnames: tuple[str, ...]) -> frozenset[str]:
-        """Targets with a restart alert whose latest row since `since` is a firing one (a
-        decision about it), not `resolved`: the servers stalled now, as far as alerts tell."""
+    def firing_alerts(
+        self, since: float, alertnames: tuple[str, ...]
+    ) -> dict[tuple[str, str], float]:
+        """Restart alerts whose latest row since `since` is a firing one (a decision about
+        it), not `resolved`: (target, fingerprint) -> the time of that row."""
         if not alertnames:
-            return frozenset()
+            return {}
         marks = ", ".join("?" for _ in alertnames)
         with self._guard("read"):
             rows = self._db.execute(
-                "SELECT j.target, j.decision FROM journal j "
-                f"WHERE j.time > ? AND j.alertname IN ({marks}) AND j.target != '' "
-                "AND j.decision IN ('restart', 'skip', 'resolved') "
-                "AND j.id = (SELECT MAX(k.id) FROM journal k WHERE k.fingerprint = j.fingerprint "
-                "AND k.target = j.target AND k.decision IN ('restart', 'skip', 'resolved'))",
+                "SELECT target, fingerprint, decision, time FROM journal WHERE id IN "
+                "(SELECT MAX(id) FROM journal "
+                f"WHERE time > ? AND alertname IN ({marks}) AND target != '' "
+                "AND decision IN ('restart', 'skip', 'resolved') GROUP BY fingerprint, target)",
                 (since, *alertnames),
             ).fetchall()
-        return frozenset(target for target, decision in rows if decision != "resolved")
+        return {
+            (target, fingerprint): time
+            for target, fingerprint, decision, time in rows
+            if decision != "resolved"
+        }
 
     def load_times(self) -> dict[str, float]:
         """Each target's latest measured model-load time."""

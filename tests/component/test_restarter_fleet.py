@@ -81,6 +81,28 @@ async def test_a_mass_stall_of_5_of_8_restarts_none_and_latches_the_breaker(
             assert marker_lines(marker) == ["gpu7"]
 
 
+async def test_the_stalled_count_survives_a_restart_and_ends_per_alert(tmp_path: Path) -> None:
+    """Firing restart alerts are read back from the journal by a restarted restarter; a target
+    stays stalled until every one of its alerts resolves."""
+    marker = tmp_path / "marker"
+    async with fake_vllm("stalled") as fake:
+        config = write_config(tmp_path, targets(fake.url, marker, 8), mass_stall={"min_stalled": 8})
+        async with running_restarter(config) as (client, _restarter):
+            assert (await client.post("/-/pause", headers=AUTH)).status == 200
+            for name in ("gpu0", "gpu1", "gpu2"):
+                await post_alerts(client, payload(stuck(name)))
+            hung = alert("gpu2", fingerprint="fp-gpu2-hung", alertname="LLMServerHung")
+            await post_alerts(client, payload(hung))
+        async with running_restarter(config) as (client, _restarter):
+            text = await (await client.get("/metrics")).text()
+            assert metric(text, "stallwatch_restarter_stalled_targets") == 3.0
+            await post_alerts(client, payload(stuck("gpu0", "resolved")))
+            await post_alerts(client, payload(stuck("gpu2", "resolved")))
+            text = await (await client.get("/metrics")).text()
+            assert metric(text, "stallwatch_restarter_stalled_targets") == 2.0
+    assert marker_lines(marker) == []
+
+
 async def test_pause_over_http_holds_restarts_and_survives_a_restart(tmp_path: Path) -> None:
     """`POST /-/pause` stops every restart with reason `paused`, is kept in the journal across
     a restart of the restarter, and `POST /-/resume` ends it."""
