@@ -60,6 +60,7 @@ def encode_ledger(restarts: Iterable[PastRestart], since: float) -> str:
     return json.dumps(
         [
             {"target": p.target, "decided_at": p.decided_at, "finished_at": p.finished_at}
+            | ({"blocked": True} if p.blocked else {})
             for p in kept
         ],
         separators=(",", ":"),
@@ -87,7 +88,8 @@ def decode_ledger(text: str | None) -> tuple[PastRestart, ...]:
             continue
         if finished is not None and not isinstance(finished, int | float):
             finished = None
-        restarts.append(PastRestart(target, float(decided), finished))
+        blocked = item.get("blocked") is True
+        restarts.append(PastRestart(target, float(decided), finished, blocked))
     return tuple(restarts)
 
 

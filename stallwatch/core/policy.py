@@ -68,11 +68,16 @@ class Decision:
 
 @dataclass(frozen=True)
 class PastRestart:
-    """A restart decided earlier (or, in dry-run mode, one that would have been)."""
+    """A restart decided earlier (or, in dry-run mode, one that would have been).
+
+    `blocked`: its action changed nothing because a PodDisruptionBudget refused the eviction;
+    such a restart spends no budget and starts no cooldown.
+    """
 
     target: str
     decided_at: float
     finished_at: float | None = None
+    blocked: bool = False
 
     @property
     def settled_at(self) -> float:
@@ -89,6 +94,8 @@ class PastDecision:
     decided_at: float
     action: str
     reason: str
+    # A restart whose eviction a PodDisruptionBudget refused: tried again after the cooldown.
+    blocked: bool = False
 
 
 @dataclass(frozen=True)
@@ -143,6 +150,14 @@ def decide(alert: Alert, config: RestarterConfig, history: History, now: float) 
     if target is None:
         return _skip("unknown_target", f"target {alert.target!r} is not in the config")
     for past in history.same_alert:
+        if past.blocked:
+            if now - past.decided_at < target.cooldown:
+                return _skip(
+                    "duplicate",
+                    f"a PodDisruptionBudget refused this alert's restart "
+                    f"{now - past.decided_at:.0f} s ago; tried again after the cooldown",
+                )
+            continue
         if past.action == "restart" or past.reason == "dry_run":
             return _skip(
                 "duplicate",
@@ -158,7 +173,8 @@ def decide(alert: Alert, config: RestarterConfig, history: History, now: float) 
     fleet_refusal = _fleet_refusal(config, history, now)
     if fleet_refusal is not None:
         return fleet_refusal
-    own = [past for past in history.restarts if past.target == target.name]
+    disruptive = [past for past in history.restarts if not past.blocked]
+    own = [past for past in disruptive if past.target == target.name]
     if own:
         last = max(own, key=lambda past: past.settled_at)
         remaining = last.settled_at + cooldown_seconds(target, history.load_seconds) - now
@@ -183,7 +199,7 @@ def decide(alert: Alert, config: RestarterConfig, history: History, now: float) 
     window = config.fleet_window
     others = {
         past.target
-        for past in history.restarts
+        for past in disruptive
         if past.decided_at > now - window.window and past.target != target.name
     }
     if len(others) >= window.max_targets:

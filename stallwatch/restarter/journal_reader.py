@@ -16,6 +16,7 @@ from typing import Any, Self
 from stallwatch.core.alerts import Alert
 from stallwatch.core.fleet import CONTROL_KINDS, ControlEvent
 from stallwatch.core.policy import History, PastDecision, PastRestart
+from stallwatch.restarter.metrics import PDB_BLOCKED
 
 # The rows the duplicate rule reads: restarts (dry-run ones too) and refusals by confirmation.
 DECISIVE_ROWS = "decision = 'restart' OR reason = 'dry_run' OR reason LIKE 'not_confirmed_%'"
@@ -134,13 +135,17 @@ class JournalReader:
         with self._guard("read"):
             rows = self._db.execute(
                 "SELECT d.target, d.time, "
-                "CASE WHEN d.decision = 'skip' THEN d.time ELSE r.time END "
+                "CASE WHEN d.decision = 'skip' THEN d.time ELSE r.time END, "
+                "COALESCE(r.result = :blocked, 0) "
                 "FROM journal d LEFT JOIN journal r "
                 "ON r.restart_id = d.id AND r.decision = 'action_result' "
                 f"WHERE {_RESTART_LIKE} AND d.time > :since ORDER BY d.time",
-                {"since": since, "dry_run": dry_run},
+                {"since": since, "dry_run": dry_run, "blocked": PDB_BLOCKED},
             ).fetchall()
-        return tuple(PastRestart(target, decided, finished) for target, decided, finished in rows)
+        return tuple(
+            PastRestart(target, decided, finished, bool(blocked))
+            for target, decided, finished, blocked in rows
+        )
 
     def history(self, alert: Alert, *, since: float, dry_run: bool = False) -> History:
         """What `policy.decide` needs to judge `alert`."""
@@ -149,15 +154,20 @@ class JournalReader:
                 # Only the rows the duplicate rule reads: restarts (dry-run ones too) and
                 # refusals by confirmation. Earlier duplicates are left out, so a storm of
                 # deliveries of one alert costs the same per delivery however long it lasts.
-                "SELECT time, decision, reason FROM journal "
-                "WHERE fingerprint = ? AND starts_at = ? "
+                "SELECT d.time, d.decision, d.reason, EXISTS (SELECT 1 FROM journal r "
+                "WHERE r.restart_id = d.id AND r.decision = 'action_result' "
+                "AND r.result = ?) FROM journal d "
+                "WHERE d.fingerprint = ? AND d.starts_at = ? "
                 f"AND ({DECISIVE_ROWS}) "
-                "ORDER BY time",
-                (alert.fingerprint, alert.starts_at),
+                "ORDER BY d.time",
+                (PDB_BLOCKED, alert.fingerprint, alert.starts_at),
             ).fetchall()
         return History(
             restarts=self.restarts_since(since, dry_run=dry_run),
-            same_alert=tuple(PastDecision(time, action, reason) for time, action, reason in same),
+            same_alert=tuple(
+                PastDecision(time, action, reason, bool(blocked))
+                for time, action, reason, blocked in same
+            ),
         )
 
     def last_restart_times(self, *, dry_run: bool = False) -> dict[str, float]:
@@ -191,10 +201,10 @@ class JournalReader:
         with self._guard("read"):
             rows = self._db.execute(
                 "SELECT result FROM journal WHERE decision = 'action_result' "
-                "AND result != :interrupted AND id > COALESCE((SELECT MAX(id) FROM journal "
-                "WHERE decision = 'control' AND reason = 'resumed'), 0) "
+                "AND result NOT IN (:interrupted, :blocked) AND id > COALESCE((SELECT MAX(id) "
+                "FROM journal WHERE decision = 'control' AND reason = 'resumed'), 0) "
                 "ORDER BY id DESC LIMIT :limit",
-                {"interrupted": INTERRUPTED, "limit": limit},
+                {"interrupted": INTERRUPTED, "blocked": PDB_BLOCKED, "limit": limit},
             ).fetchall()
         failed = 0
         for (result,) in rows:

@@ -169,7 +169,8 @@ async def test_three_failed_actions_in_a_row_open_the_breaker(tmp_path: Path) ->
 
 
 def test_failed_actions_count_from_the_last_success_and_the_last_resume(tmp_path: Path) -> None:
-    """Failures in a row stop at a success and at a resume; interrupted actions do not count."""
+    """Failures in a row stop at a success and at a resume; interrupted actions and evictions a
+    PodDisruptionBudget refused do not count."""
     journal = Journal.open(tmp_path / "j.sqlite")
 
     def restart_then(result: str, at: float) -> None:
@@ -184,7 +185,9 @@ def test_failed_actions_count_from_the_last_success_and_the_last_resume(tmp_path
     restart_then("success", 10)
     restart_then("failure", 20)
     restart_then("interrupted", 30)
+    restart_then("pdb_blocked", 35)
     restart_then("timeout", 40)
+    restart_then("pdb_blocked", 45)
     assert journal.failed_actions_in_a_row(10) == 2
     journal.record_control("resumed", "", 50)
     assert journal.failed_actions_in_a_row(10) == 0

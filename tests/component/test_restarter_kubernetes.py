@@ -172,13 +172,15 @@ async def test_a_hung_pod_is_evicted_once(tmp_path: Path) -> None:
 
 
 async def test_a_pdb_that_forbids_eviction_leaves_the_pod_and_says_so(tmp_path: Path) -> None:
-    """A 429 is journaled pdb_blocked, counted, an Event, and never retried for that alert."""
+    """A 429 is journaled pdb_blocked, counted, an Event; the same alert is not retried within
+    the cooldown, spends no budget, and is tried again (and evicts) after it."""
     async with running_simulator() as sim, fake_kube() as fake:
         sim.apply_fault("freeze")
         fake.add_pod(make_pod("llm", "vllm-0", labels=SERVER_LABELS, port=sim_port(sim)))
         fake.pdb_forbids.add(("llm", "vllm-0"))
-        config = write_config(tmp_path, fake)
-        async with restarter_app(config, Clock()) as (client, restarter):
+        clock = Clock()
+        config = write_config(tmp_path, fake, extra_rule={"budget": {"max_restarts": 1}})
+        async with restarter_app(config, clock) as (client, restarter):
             await send(client, pod_alert("vllm-0"))
             await settle(restarter)
             again = await send(client, pod_alert("vllm-0"))
@@ -186,9 +188,20 @@ async def test_a_pdb_that_forbids_eviction_leaves_the_pod_and_says_so(tmp_path: 
             await restarter.kube.flush_events()
             metrics = await (await client.get("/metrics")).text()
             assert results(restarter) == [("llm/vllm-0", "pdb_blocked")]
-        assert ("llm", "vllm-0") in fake.pods
-        assert again[0]["reason"] == "duplicate"
-        assert fake.calls.count(("", "pods/eviction", "create")) == 1
+            assert ("llm", "vllm-0") in fake.pods
+            assert again[0]["reason"] == "duplicate"
+            assert fake.calls.count(("", "pods/eviction", "create")) == 1
+            fake.pdb_forbids.clear()  # another replica is back: the budget allows one now
+            clock.now += 601
+            retried = await send(client, pod_alert("vllm-0"))
+            await settle(restarter)
+            assert [(d["decision"], d["reason"]) for d in retried] == [("restart", "confirmed")]
+            assert results(restarter) == [
+                ("llm/vllm-0", "pdb_blocked"),
+                ("llm/vllm-0", "success"),
+            ]
+            assert restarter.journal.count(decision="control", reason="breaker_open") == 0
+        assert fake.evicted == [("llm", "vllm-0")]
         assert (
             'stallwatch_restarter_restarts_total{result="pdb_blocked",target="llm/vllm-0"} 1.0'
             in metrics

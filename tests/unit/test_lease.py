@@ -40,6 +40,15 @@ def test_the_ledger_keeps_the_look_back_and_round_trips() -> None:
     assert decode_ledger(text) == (PastRestart("c", 40.0), PastRestart("a", 50.0, 60.0))
 
 
+def test_the_ledger_carries_a_blocked_restart_to_the_next_holder() -> None:
+    """A restart a PodDisruptionBudget blocked stays blocked across a failover; the others
+    are written as before (no `blocked` key)."""
+    restarts = [PastRestart("a", 50.0, 51.0, blocked=True), PastRestart("b", 55.0, 60.0)]
+    text = encode_ledger(restarts, since=0.0)
+    assert decode_ledger(text) == tuple(restarts)
+    assert text.count('"blocked"') == 1
+
+
 def test_the_ledger_is_bounded() -> None:
     """Only the newest LEDGER_MAX_ENTRIES restarts are kept in the Lease."""
     many = [PastRestart("t", float(i)) for i in range(LEDGER_MAX_ENTRIES + 10)]

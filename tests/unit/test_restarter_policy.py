@@ -73,6 +73,11 @@ def restarted(name: str, ago: float, took: float | None = 5.0) -> PastRestart:
     return PastRestart(target=name, decided_at=NOW - ago, finished_at=finished)
 
 
+def blocked(name: str, ago: float) -> PastRestart:
+    """A restart whose eviction a PodDisruptionBudget refused."""
+    return replace(restarted(name, ago), blocked=True)
+
+
 CHEAP_CASES: list[tuple[str, Alert, History, str]] = [
     ("not a restart alert", alert("LLMServerDown"), History(), "not_restart_alert"),
     ("no target label", alert(target_name=None), History(), "no_target_label"),
@@ -93,6 +98,12 @@ CHEAP_CASES: list[tuple[str, Alert, History, str]] = [
         "same alert refused by confirmation within the cooldown",
         alert(),
         History(same_alert=(PastDecision(NOW - 60, "skip", "not_confirmed_progress"),)),
+        "duplicate",
+    ),
+    (
+        "same alert's restart blocked by a PodDisruptionBudget within the cooldown",
+        alert(),
+        History(same_alert=(PastDecision(NOW - 60, "restart", CONFIRMED, blocked=True),)),
         "duplicate",
     ),
     ("restarted 5 minutes ago", alert(), History(restarts=(restarted("gpu1", 300),)), "cooldown"),
@@ -211,6 +222,21 @@ PASSING_CASES: list[tuple[str, Alert, History]] = [
         History(same_alert=(PastDecision(NOW - 5, "skip", "cooldown"),)),
     ),
     ("a pause that has ended", alert(), History(controls=Controls(paused_until=NOW - 1))),
+    (
+        "same alert's restart blocked by a PodDisruptionBudget longer ago than the cooldown",
+        alert(),
+        History(same_alert=(PastDecision(NOW - 900, "restart", CONFIRMED, blocked=True),)),
+    ),
+    (
+        "blocked restarts spend no budget and start no cooldown",
+        alert(),
+        History(restarts=tuple(blocked("gpu1", ago) for ago in (3000, 2000, 1000, 60))),
+    ),
+    (
+        "other targets' blocked restarts do not fill the fleet window",
+        alert(),
+        History(restarts=(blocked("gpu2", 600), blocked("gpu3", 300))),
+    ),
     (
         "half the fleet stalled is not more than half",
         alert(),
