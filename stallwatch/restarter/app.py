@@ -164,7 +164,10 @@ async def handle_resume(request: web.Request) -> web.StreamResponse:
     if not authorized(restarter.config, request):
         return _error(401, "missing or wrong bearer token")
     restarter.fleet.resume(request.query.get("reason", "resumed over HTTP")[:500])
-    return web.json_response({"status": "ok", "paused": False, "breaker_open": False})
+    held = await restarter.release_held()
+    return web.json_response(
+        {"status": "ok", "paused": False, "breaker_open": False, "judged_again": held}
+    )
 
 
 def _error(status: int, message: str) -> web.Response:

@@ -19,11 +19,13 @@ from stallwatch import USER_AGENT
 from stallwatch.common.restarter_config import RestarterConfig, Target
 from stallwatch.core.alerts import Alert, Notification
 from stallwatch.core.confirmation import Confirmation
+from stallwatch.core.fleet import current_controls
 from stallwatch.core.lease import merge_restarts
 from stallwatch.core.policy import Decision, History, decide, decide_confirmed, lookback_seconds
 from stallwatch.restarter.actions import ActionOutcome, ActionRunner
 from stallwatch.restarter.confirm import confirm_stall
 from stallwatch.restarter.fleet import FleetGuard
+from stallwatch.restarter.held import HeldAlerts
 from stallwatch.restarter.journal import Journal
 from stallwatch.restarter.journal_reader import INTERRUPTED, JournalError, printable
 from stallwatch.restarter.metrics import UNCONFIGURED_TARGET, RestarterMetrics
@@ -35,6 +37,9 @@ log = logging.getLogger("stallwatch.restarter")
 
 # On shutdown, running actions get this long to finish before they are interrupted.
 SHUTDOWN_GRACE_SECONDS = 5.0
+# How often the alerts held by a pause or an open breaker are looked at (a resume from the
+# command line or a pause running out is seen within this; a resume over HTTP at once).
+RELEASE_CHECK_SECONDS = 5.0
 # Alerts that need no confirmation are judged this many at a time: one commit (one wait for
 # the disk) per batch, and the event loop gets a turn between batches.
 JUDGED_PER_COMMIT = 200
@@ -90,6 +95,8 @@ class Restarter:
         self.kube: KubeSide | None = None
         self._refusals: dict[tuple[str, str], Decision] = {}
         self.fleet = FleetGuard(self.journal, self.metrics, lambda: self.config, clock)
+        self.held = HeldAlerts()
+        self._releaser: asyncio.Task[None] | None = None
         self._close_interrupted_actions()
 
     def _close_interrupted_actions(self) -> None:
@@ -141,8 +148,12 @@ class Restarter:
             )
             await self.kube.start()
         self._runner = ActionRunner(self._session, kube=self.kube.actor if self.kube else None)
+        self._releaser = asyncio.create_task(self._release_held_periodically(), name="release")
 
     async def stop(self) -> None:
+        if self._releaser is not None:
+            self._releaser.cancel()
+            await asyncio.gather(self._releaser, return_exceptions=True)
         if self.actions:
             _, pending = await asyncio.wait(set(self.actions), timeout=SHUTDOWN_GRACE_SECONDS)
             for task in pending:
@@ -184,6 +195,7 @@ class Restarter:
         different targets concurrently. An alert whose decision the journal could not record
         is answered `journal_unwritable` and not acted on.
         """
+        delivered = notification
         if self.kube is not None:
             notification, refusals = await self.kube.resolve_notification(notification)
             self._refusals.update(refusals)
@@ -210,6 +222,10 @@ class Restarter:
         )
         for index, decision in zip(waiting, confirmed, strict=True):
             outcomes[index] = decision
+        now = self.clock()
+        for alert, outcome in zip(delivered.alerts, outcomes, strict=True):
+            if not isinstance(outcome, _Pending):
+                self.held.note(alert, outcome, delivered, now)
         return [
             {
                 "alertname": alert.alertname,
@@ -220,6 +236,33 @@ class Restarter:
             for alert, decision in zip(alerts, outcomes, strict=True)
             if not isinstance(decision, _Pending)
         ]
+
+    async def release_held(self) -> int:
+        """Judge the held alerts again if no pause and no open breaker refuses them now (and
+        this replica acts); how many were judged."""
+        if not self.held or (self.kube is not None and not self.kube.acting):
+            return 0
+        now = self.clock()
+        controls = current_controls(self.journal.controls(), now)
+        if controls.breaker_open or controls.paused(now):
+            return 0
+        notification = self.held.take(now)
+        if notification is None:
+            return 0
+        log.info(
+            "judging again %d restart alert(s) held while paused or behind the breaker",
+            len(notification.alerts),
+        )
+        await self.handle(notification)
+        return len(notification.alerts)
+
+    async def _release_held_periodically(self) -> None:
+        while True:
+            await asyncio.sleep(RELEASE_CHECK_SECONDS)
+            try:
+                await self.release_held()
+            except JournalError as error:
+                log.error("held alerts not judged again: %s", error)
 
     def _judge_at_once(
         self, alert: Alert, notification: Notification
@@ -418,7 +461,9 @@ class Restarter:
             used = sum(
                 1
                 for past in restarts
-                if past.target == target.name and past.decided_at > now - target.budget.window
+                if past.target == target.name
+                and not past.blocked
+                and past.decided_at > now - target.budget.window
             )
             exhausted = used >= target.budget.max_restarts
             self.metrics.budget_exhausted.labels(target=target.name).set(1 if exhausted else 0)

@@ -7,11 +7,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from stallwatch.core.alerts import Alert
 from stallwatch.core.policy import Decision
+from stallwatch.restarter import service
 from stallwatch.restarter.cli import run_control
 from stallwatch.restarter.journal import Journal
 from tests.component.restarter_support import (
@@ -50,7 +54,7 @@ async def test_a_mass_stall_of_5_of_8_restarts_none_and_latches_the_breaker(
 ) -> None:
     """Five of eight targets stuck at once (one notification each, as Alertmanager groups them)
     restart nothing, open the breaker in the journal and its gauge, and count each refusal;
-    only a resume lets a later single stall be restarted."""
+    only a resume lets a stall be restarted: the one still firing is judged again at once."""
     marker = tmp_path / "marker"
     async with fake_vllm("stalled") as fake:
         config = write_config(
@@ -74,11 +78,14 @@ async def test_a_mass_stall_of_5_of_8_restarts_none_and_latches_the_breaker(
             still_open = await post_alerts(client, payload(stuck("gpu6")))
             assert still_open["decisions"][0]["reason"] == "breaker_open"
             assert (await client.post("/-/resume")).status == 401
-            assert (await client.post("/-/resume", headers=AUTH)).status == 200
+            resumed = await client.post("/-/resume", headers=AUTH)
+            assert (await resumed.json())["judged_again"] == 1
+            await settle(restarter)
+            assert marker_lines(marker) == ["gpu6"]  # held behind the breaker, still firing
             after = await post_alerts(client, payload(alert("gpu7", fingerprint="fp-new")))
             await settle(restarter)
             assert after["decisions"][0]["reason"] == "confirmed"
-            assert marker_lines(marker) == ["gpu7"]
+            assert marker_lines(marker) == ["gpu6", "gpu7"]
 
 
 async def test_the_stalled_count_survives_a_restart_and_ends_per_alert(tmp_path: Path) -> None:
@@ -105,7 +112,7 @@ async def test_the_stalled_count_survives_a_restart_and_ends_per_alert(tmp_path:
 
 async def test_pause_over_http_holds_restarts_and_survives_a_restart(tmp_path: Path) -> None:
     """`POST /-/pause` stops every restart with reason `paused`, is kept in the journal across
-    a restart of the restarter, and `POST /-/resume` ends it."""
+    a restart of the restarter, and `POST /-/resume` ends it and judges the held alert again."""
     marker = tmp_path / "marker"
     async with fake_vllm("stalled") as fake:
         config = write_config(tmp_path, targets(fake.url, marker, 2))
@@ -122,16 +129,22 @@ async def test_pause_over_http_holds_restarts_and_survives_a_restart(tmp_path: P
             assert metric(text, "stallwatch_restarter_paused") == 1.0
             answer = await post_alerts(client, payload(stuck("gpu0")))
             assert answer["decisions"][0]["reason"] == "paused"
-            assert (await client.post("/-/resume", headers=AUTH)).status == 200
+            resumed = await client.post("/-/resume", headers=AUTH)
+            assert (await resumed.json())["judged_again"] == 1
+            await settle(restarter)
             answer = await post_alerts(client, payload(alert("gpu1", fingerprint="other")))
             await settle(restarter)
             assert answer["decisions"][0]["reason"] == "confirmed"
-    assert marker_lines(marker) == ["gpu1"]
+    assert marker_lines(marker) == ["gpu0", "gpu1"]
 
 
-async def test_pause_and_resume_from_the_cli_reach_the_running_restarter(tmp_path: Path) -> None:
+async def test_pause_and_resume_from_the_cli_reach_the_running_restarter(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """`stallwatch restarter pause` writes the journal the running restarter reads at once;
-    `resume` ends the pause."""
+    `resume` ends the pause, and the alert refused meanwhile is judged again without a new
+    delivery."""
+    monkeypatch.setattr(service, "RELEASE_CHECK_SECONDS", 0.05)
     marker = tmp_path / "marker"
     async with fake_vllm("stalled") as fake:
         config = write_config(tmp_path, targets(fake.url, marker, 1))
@@ -143,14 +156,44 @@ async def test_pause_and_resume_from_the_cli_reach_the_running_restarter(tmp_pat
             assert run_control(args) == 0
             answer = await post_alerts(client, payload(stuck("gpu0")))
             assert answer["decisions"][0]["reason"] == "paused"
+            await asyncio.sleep(0.3)
+            assert marker_lines(marker) == []  # still paused: held, not judged again
             resume = argparse.Namespace(
                 control_config=path, control="resumed", pause_for=None, reason=""
             )
             assert run_control(resume) == 0
-            answer = await post_alerts(client, payload(alert("gpu0", fingerprint="again")))
+            await wait_for(lambda: restarter.journal.count(reason="confirmed") == 1)
             await settle(restarter)
-            assert answer["decisions"][0]["reason"] == "confirmed"
     assert marker_lines(marker) == ["gpu0"]
+
+
+async def test_an_alert_held_by_a_pause_is_judged_again_when_the_pause_runs_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pause `for` a while ends on its own; the stall refused during it is then restarted,
+    and a stall resolved during it is not."""
+    monkeypatch.setattr(service, "RELEASE_CHECK_SECONDS", 0.05)
+    marker = tmp_path / "marker"
+    async with fake_vllm("stalled") as fake:
+        config = write_config(tmp_path, targets(fake.url, marker, 2))
+        async with running_restarter(config) as (client, restarter):
+            paused = await client.post("/-/pause", params={"for": "1s"}, headers=AUTH)
+            assert paused.status == 200
+            for name in ("gpu0", "gpu1"):
+                answer = await post_alerts(client, payload(stuck(name)))
+                assert answer["decisions"][0]["reason"] == "paused"
+            await post_alerts(client, payload(stuck("gpu1", "resolved")))
+            await wait_for(lambda: restarter.journal.count(reason="confirmed") == 1)
+            await settle(restarter)
+            assert len(restarter.held) == 0
+    assert marker_lines(marker) == ["gpu0"]
+
+
+async def wait_for(condition: Callable[[], bool], seconds: float = 15.0) -> None:
+    deadline = asyncio.get_running_loop().time() + seconds
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
+        await asyncio.sleep(0.05)
 
 
 async def test_three_failed_actions_in_a_row_open_the_breaker(tmp_path: Path) -> None:
