@@ -236,6 +236,22 @@ async def test_a_repeated_refusal_posts_one_event_per_interval(tmp_path: Path) -
         assert fake.evicted == []
 
 
+async def test_a_pod_alert_held_by_a_pause_is_judged_again_on_resume(tmp_path: Path) -> None:
+    """Resuming re-reads the held pod alert through its rule and evicts the hung pod once."""
+    async with running_simulator() as sim, fake_kube() as fake:
+        sim.apply_fault("freeze")
+        fake.add_pod(make_pod("llm", "vllm-0", labels=SERVER_LABELS, port=sim_port(sim)))
+        config = write_config(tmp_path, fake)
+        async with restarter_app(config, Clock()) as (client, restarter):
+            assert (await client.post("/-/pause", headers=AUTH)).status == 200
+            assert (await send(client, pod_alert("vllm-0")))[0]["reason"] == "paused"
+            resumed = await client.post("/-/resume", headers=AUTH)
+            assert (await resumed.json())["judged_again"] == 1
+            await settle(restarter)
+            assert results(restarter) == [("llm/vllm-0", "success")]
+        assert fake.evicted == [("llm", "vllm-0")]
+
+
 @pytest.mark.parametrize(
     ("namespace", "labels", "reason"),
     [
