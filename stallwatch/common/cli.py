@@ -81,7 +81,7 @@ def _timestamp(record: logging.LogRecord) -> str:
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def _fields(record: logging.LogRecord, formatter: logging.Formatter) -> dict[str, Any]:
+def record_fields(record: logging.LogRecord, formatter: logging.Formatter) -> dict[str, Any]:
     """A record as flat fields: time, level, logger, message, the `extra` ones, any exception."""
     fields: dict[str, Any] = {
         "time": _timestamp(record),
@@ -101,7 +101,7 @@ class JsonFormatter(logging.Formatter):
     """One JSON object per line; a multi-line message or exception stays in its field."""
 
     def format(self, record: logging.LogRecord) -> str:
-        return json.dumps(_fields(record, self), default=str, ensure_ascii=False)
+        return json.dumps(record_fields(record, self), default=str, ensure_ascii=False)
 
 
 _LOGFMT_BARE = re.compile(r"[^\s\"=\\]+")
@@ -118,7 +118,7 @@ class LogfmtFormatter(logging.Formatter):
     """One `key=value` line per record (values with spaces, quotes or newlines quoted)."""
 
     def format(self, record: logging.LogRecord) -> str:
-        fields = _fields(record, self)
+        fields = record_fields(record, self)
         return " ".join(f"{name}={_logfmt_value(value)}" for name, value in fields.items())
 
 

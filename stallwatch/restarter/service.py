@@ -391,6 +391,14 @@ class Restarter:
             printable(alert.fingerprint),
             decision.reason,
             printable(decision.detail),
+            extra={
+                "decision": decision.action,
+                "target": alert.target or "",
+                "alertname": alert.alertname,
+                "fingerprint": alert.fingerprint,
+                "reason": decision.reason,
+                "journal_row": row_id,
+            },
         )
         if self.kube is not None:
             self.kube.on_decision(alert, decision, target)
@@ -438,6 +446,13 @@ class Restarter:
             outcome.result,
             outcome.duration,
             printable(outcome.detail),
+            extra={
+                "decision": "action_result",
+                "target": target.name,
+                "result": outcome.result,
+                "duration_seconds": round(outcome.duration, 3),
+                "restart_row": restart_id,
+            },
         )
         try:
             self.journal.record_action_result(

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from stallwatch.cli import main
+from stallwatch.common.cli import JsonFormatter, record_fields
 from stallwatch.restarter.journal import Journal
 from tests.component.restarter_support import (
     alert,
@@ -83,6 +84,40 @@ async def test_a_multi_line_action_output_is_one_field_and_one_table_row(
     (as_json,) = [row for row in rows if row["decision"] == "action_result"]
     assert as_json["detail"] == result.detail
     assert as_json["target"] == "gpu1"
+
+
+async def test_decisions_and_results_are_logged_with_their_fields(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A decision's and an action result's log records carry target, reason and result as
+    fields, so `--log-format json` and logfmt give them as keys, not only in the message."""
+    async with fake_vllm("stalled") as fake:
+        config = write_config(
+            tmp_path, [target_entry("gpu1", fake.url, {"kind": "command", "argv": ["true"]})]
+        )
+        with caplog.at_level(logging.INFO, logger="stallwatch.restarter"):
+            async with running_restarter(config) as (client, restarter):
+                await client.post(
+                    "/alerts",
+                    json=payload(alert()),
+                    headers={"Authorization": "Bearer test-token-0123456789"},
+                )
+                await settle(restarter)
+    fields = [record_fields(r, JsonFormatter()) for r in caplog.records if "decision" in r.__dict__]
+    decision, result = fields
+    assert (decision["decision"], decision["target"], decision["reason"]) == (
+        "restart",
+        "gpu1",
+        "confirmed",
+    )
+    assert decision["alertname"] == "LLMServerStuck"
+    assert (result["decision"], result["target"], result["result"]) == (
+        "action_result",
+        "gpu1",
+        "success",
+    )
+    assert result["restart_row"] == decision["journal_row"]
+    assert json.loads(JsonFormatter().format(caplog.records[-1]))["message"]
 
 
 def journal_rows(config_file: str, capsys: pytest.CaptureFixture[str], *extra: str) -> list[dict]:
