@@ -1,7 +1,9 @@
 """The running restarter: decisions, the journal, and restart actions in the background.
 
 For each firing alert the decision is made and journaled before the caller answers; a
-restart action then runs in a background task and journals its result when it finishes.
+restart action then runs in a background task (`background.py`) and journals its result when
+it finishes. Alerts a pause or the open breaker refused are judged again once neither refuses
+(`release.py`).
 """
 
 from __future__ import annotations
@@ -19,27 +21,22 @@ from stallwatch import USER_AGENT
 from stallwatch.common.restarter_config import RestarterConfig, Target
 from stallwatch.core.alerts import Alert, Notification
 from stallwatch.core.confirmation import Confirmation
-from stallwatch.core.fleet import current_controls
 from stallwatch.core.lease import merge_restarts
 from stallwatch.core.policy import Decision, History, decide, decide_confirmed, lookback_seconds
-from stallwatch.restarter.actions import ActionOutcome, ActionRunner
+from stallwatch.restarter.background import BackgroundActions
 from stallwatch.restarter.confirm import confirm_stall
 from stallwatch.restarter.fleet import FleetGuard
 from stallwatch.restarter.held import HeldAlerts
 from stallwatch.restarter.journal import Journal
-from stallwatch.restarter.journal_reader import INTERRUPTED, JournalError, printable
+from stallwatch.restarter.journal_reader import JournalError, printable
 from stallwatch.restarter.metrics import UNCONFIGURED_TARGET, RestarterMetrics
+from stallwatch.restarter.release import HeldRelease
 
 if TYPE_CHECKING:
     from stallwatch.restarter.kube.side import KubeSide
 
 log = logging.getLogger("stallwatch.restarter")
 
-# On shutdown, running actions get this long to finish before they are interrupted.
-SHUTDOWN_GRACE_SECONDS = 5.0
-# How often the alerts held by a pause or an open breaker are looked at (a resume from the
-# command line or a pause running out is seen within this; a resume over HTTP at once).
-RELEASE_CHECK_SECONDS = 5.0
 # Alerts that need no confirmation are judged this many at a time: one commit (one wait for
 # the disk) per batch, and the event loop gets a turn between batches.
 JUDGED_PER_COMMIT = 200
@@ -83,37 +80,34 @@ class Restarter:
         self.metrics = RestarterMetrics(config)
         self.journal = Journal.open(config.journal)
         self.locks = {target.name: asyncio.Lock() for target in config.targets}
-        self.actions: set[asyncio.Task[None]] = set()
-        # Targets whose restart action is running now: one action per target at a time.
-        self.acting: set[str] = set()
         # Each target's latest confirmation and when (monotonic) it finished.
         self._confirmations: dict[str, tuple[float, Confirmation]] = {}
         self._lookback = lookback_seconds(config)
         self._session: aiohttp.ClientSession | None = None
-        self._runner: ActionRunner | None = None
         # On Kubernetes (set up on start): pod targets, the Lease, Events.
         self.kube: KubeSide | None = None
         self._refusals: dict[tuple[str, str], Decision] = {}
         self.fleet = FleetGuard(self.journal, self.metrics, lambda: self.config, clock)
         self.held = HeldAlerts()
-        self._releaser: asyncio.Task[None] | None = None
-        self._close_interrupted_actions()
+        self.held_release = HeldRelease(
+            self.held,
+            self.journal,
+            clock,
+            judge=self.handle,
+            acts=lambda: self.kube is None or self.kube.acting,
+        )
+        self.background = BackgroundActions(self.journal, self.metrics, self.fleet, clock)
+        self.background.close_interrupted()
 
-    def _close_interrupted_actions(self) -> None:
-        """Journal as interrupted the actions a previous run started and never saw finish."""
-        for entry in self.journal.unfinished_restarts():
-            detail = (
-                "the restarter stopped while this action ran (killed?); "
-                "whether the action finished is unknown"
-            )
-            self.journal.record_action_result(entry.id, INTERRUPTED, detail, None, self.clock())
-            log.warning(
-                "action_result target=%s result=%s (restart decided at journal row %d): %s",
-                printable(entry.target),
-                INTERRUPTED,
-                entry.id,
-                detail,
-            )
+    @property
+    def actions(self) -> set[asyncio.Task[None]]:
+        """The restart actions running in the background."""
+        return self.background.tasks
+
+    @property
+    def acting(self) -> set[str]:
+        """Targets whose restart action is running now: one action per target at a time."""
+        return self.background.acting
 
     def apply(self, config: RestarterConfig) -> None:
         """Decide with `config` from now on (a reload); decisions under way finish as begun."""
@@ -147,30 +141,22 @@ class Restarter:
                 on_event=lambda result: self.metrics.kube_events.labels(result=result).inc(),
             )
             await self.kube.start()
-        self._runner = ActionRunner(self._session, kube=self.kube.actor if self.kube else None)
-        self._releaser = asyncio.create_task(self._release_held_periodically(), name="release")
+        self.background.start(self._session, self.kube)
+        self.held_release.start()
 
     async def stop(self) -> None:
-        if self._releaser is not None:
-            self._releaser.cancel()
-            await asyncio.gather(self._releaser, return_exceptions=True)
-        if self.actions:
-            _, pending = await asyncio.wait(set(self.actions), timeout=SHUTDOWN_GRACE_SECONDS)
-            for task in pending:
-                task.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
+        await self.held_release.stop()
+        await self.background.finish()
         if self.kube is not None:
             await self.kube.stop()
-        if self._runner is not None:
-            await self._runner.close()
+        await self.background.close()
         if self._session is not None:
             await self._session.close()
         self.journal.close()
 
     async def wait_for_actions(self) -> None:
         """Wait until every background action has finished and journaled its result."""
-        while self.actions:
-            await asyncio.gather(*set(self.actions), return_exceptions=True)
+        await self.background.wait()
 
     def _history(self, alert: Alert, now: float) -> History:
         history = self.journal.history(
@@ -240,29 +226,7 @@ class Restarter:
     async def release_held(self) -> int:
         """Judge the held alerts again if no pause and no open breaker refuses them now (and
         this replica acts); how many were judged."""
-        if not self.held or (self.kube is not None and not self.kube.acting):
-            return 0
-        now = self.clock()
-        controls = current_controls(self.journal.controls(), now)
-        if controls.breaker_open or controls.paused(now):
-            return 0
-        notification = self.held.take(now)
-        if notification is None:
-            return 0
-        log.info(
-            "judging again %d restart alert(s) held while paused or behind the breaker",
-            len(notification.alerts),
-        )
-        await self.handle(notification)
-        return len(notification.alerts)
-
-    async def _release_held_periodically(self) -> None:
-        while True:
-            await asyncio.sleep(RELEASE_CHECK_SECONDS)
-            try:
-                await self.release_held()
-            except JournalError as error:
-                log.error("held alerts not judged again: %s", error)
+        return await self.held_release.release()
 
     def _judge_at_once(
         self, alert: Alert, notification: Notification
@@ -408,65 +372,8 @@ class Restarter:
             ).inc()
             return decision
         self.metrics.last_restart.labels(target=target.name).set(now)
-        self.acting.add(target.name)
-        task = asyncio.create_task(self._act(row_id, target))
-        self.actions.add(task)
-        task.add_done_callback(self.actions.discard)
+        self.background.launch(row_id, target)
         return decision
-
-    async def _act(self, restart_id: int, target: Target) -> None:
-        if self._runner is None:
-            raise RuntimeError("the restarter is not started")
-        started = time.monotonic()
-        started_at = self.clock()
-        try:
-            outcome = await self._runner.run(target)
-        except asyncio.CancelledError:
-            outcome = ActionOutcome(
-                "failure", "interrupted: the restarter stopped", time.monotonic() - started
-            )
-            self._record_outcome(restart_id, target, outcome)
-            raise
-        finally:
-            self.acting.discard(target.name)
-        self._record_outcome(restart_id, target, outcome)
-        if outcome.result == "success" and target.cooldown_auto is not None:
-            await self.fleet.measure_load(self.session, restart_id, target, started_at)
-
-    def _record_outcome(self, restart_id: int, target: Target, outcome: ActionOutcome) -> None:
-        if self.kube is not None:
-            self.kube.on_outcome(target, outcome.result, outcome.detail)
-        self.metrics.restarts.labels(target=target.name, result=outcome.result).inc()
-        self.metrics.action_duration.labels(target=target.name).observe(outcome.duration)
-        level = logging.INFO if outcome.result == "success" else logging.WARNING
-        log.log(
-            level,
-            "action_result target=%s result=%s duration=%.2fs: %s",
-            printable(target.name),
-            outcome.result,
-            outcome.duration,
-            printable(outcome.detail),
-            extra={
-                "decision": "action_result",
-                "target": target.name,
-                "result": outcome.result,
-                "duration_seconds": round(outcome.duration, 3),
-                "restart_row": restart_id,
-            },
-        )
-        try:
-            self.journal.record_action_result(
-                restart_id, outcome.result, outcome.detail, outcome.duration, self.clock()
-            )
-        except JournalError as error:
-            # The restart is counted and logged above; the next start journals it interrupted.
-            self.metrics.journal_errors.inc()
-            log.error("the result of journal row %d was not journaled: %s", restart_id, error)
-            return
-        try:
-            self.fleet.check_breaker()
-        except JournalError as error:
-            log.error("breaker not checked after journal row %d: %s", restart_id, error)
 
     def refresh_gauges(self) -> None:
         """Budget and last-restart gauges from the journal (they survive a restart)."""

@@ -1,0 +1,79 @@
+"""Releasing the held alerts: judged again once no pause and no open breaker refuses them.
+
+`held.py` keeps the alerts; a resume over HTTP releases them at once, and a check every
+RELEASE_CHECK_SECONDS sees a resume from the command line or a pause running out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+from stallwatch.core.alerts import Notification
+from stallwatch.core.fleet import current_controls
+from stallwatch.restarter.held import HeldAlerts
+from stallwatch.restarter.journal import Journal
+from stallwatch.restarter.journal_reader import JournalError
+
+log = logging.getLogger("stallwatch.restarter")
+
+# How often the alerts held by a pause or an open breaker are looked at (a resume from the
+# command line or a pause running out is seen within this; a resume over HTTP at once).
+RELEASE_CHECK_SECONDS = 5.0
+
+
+class HeldRelease:
+    """Hands the held alerts back to `judge` when nothing refuses them and this replica acts."""
+
+    def __init__(
+        self,
+        held: HeldAlerts,
+        journal: Journal,
+        clock: Callable[[], float],
+        *,
+        judge: Callable[[Notification], Awaitable[object]],
+        acts: Callable[[], bool],
+    ) -> None:
+        self.held = held
+        self.journal = journal
+        self.clock = clock
+        self.judge = judge
+        self.acts = acts
+        self._task: asyncio.Task[None] | None = None
+
+    async def release(self) -> int:
+        """Judge the held alerts again if no pause and no open breaker refuses them now (and
+        this replica acts); how many were judged."""
+        if not self.held or not self.acts():
+            return 0
+        now = self.clock()
+        controls = current_controls(self.journal.controls(), now)
+        if controls.breaker_open or controls.paused(now):
+            return 0
+        notification = self.held.take(now)
+        if notification is None:
+            return 0
+        log.info(
+            "judging again %d restart alert(s) held while paused or behind the breaker",
+            len(notification.alerts),
+        )
+        await self.judge(notification)
+        return len(notification.alerts)
+
+    def start(self) -> None:
+        """Check every RELEASE_CHECK_SECONDS from now on."""
+        self._task = asyncio.create_task(self._release_periodically(), name="release")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    async def _release_periodically(self) -> None:
+        while True:
+            await asyncio.sleep(RELEASE_CHECK_SECONDS)
+            try:
+                await self.release()
+            except JournalError as error:
+                log.error("held alerts not judged again: %s", error)
