@@ -5,6 +5,7 @@
 listening socket. `build_app(config)` returns just the application for callers that run it
 themselves (then a `crash` fault marks the engine dead but cannot close the socket, and a
 client that disconnects aborts its request only if the runner has `handler_cancellation=True`).
+The OpenAI-compatible endpoints are in `openai_routes`, vLLM's own in `vllm_routes`.
 
 As in vLLM, a client that goes away (closes its connection or times out) aborts its request:
 the engine drops it from its queue or slot, frees its KV cache and counts it in
@@ -18,7 +19,6 @@ import contextlib
 import itertools
 import json
 import logging
-import random
 import time
 import uuid
 from collections import Counter
@@ -28,17 +28,7 @@ from typing import Any
 
 from aiohttp import web
 
-from stallwatch.simulator.api import (
-    ENGINE_DEAD_MESSAGE,
-    WORDS,
-    RequestFailed,
-    ResponseMeta,
-    error_response,
-    model_list,
-    parse_generation,
-    respond_stream,
-    respond_whole,
-)
+from stallwatch.simulator.api import ENGINE_DEAD_MESSAGE, RequestFailed, error_response
 from stallwatch.simulator.config import SimConfig
 from stallwatch.simulator.engine import Engine, SimRequest, TokenEvent
 from stallwatch.simulator.engines import Flavour, make_flavour
@@ -49,6 +39,7 @@ from stallwatch.simulator.metrics import (
     load_families,
     render_payload,
 )
+from stallwatch.simulator.openai_routes import OpenAiRoutes
 from stallwatch.simulator.vllm_routes import VllmRoutes
 
 log = logging.getLogger(__name__)
@@ -72,7 +63,6 @@ class SimServer:
         self._add_routes()
         self.app.on_startup.append(self._on_startup)
         self.app.on_cleanup.append(self._on_cleanup)
-        self._rng = random.Random(config.seed)
         self._ids = itertools.count(1)
         self._rr = itertools.count()
         self._in_flight: dict[str, _InFlight] = {}
@@ -252,9 +242,7 @@ class SimServer:
             VllmRoutes(self).add_routes(router)
         else:
             self.flavour.add_routes(router)
-        router.add_get("/v1/models", self.handle_models)
-        router.add_post("/v1/completions", self.handle_completions)
-        router.add_post("/v1/chat/completions", self.handle_chat_completions)
+        OpenAiRoutes(self).add_routes(router)
         router.add_post("/sim/fault", self.handle_fault)
         router.add_get("/sim/stats", self.handle_stats)
 
@@ -292,10 +280,6 @@ class SimServer:
         )
         return render_payload(views, options)
 
-    async def handle_models(self, request: web.Request) -> web.Response:
-        body = model_list(self.config.model, self.config.max_model_len, int(self.clock()))
-        return web.json_response(body)
-
     async def handle_fault(self, request: web.Request) -> web.Response:
         try:
             body = await request.json()
@@ -329,62 +313,7 @@ class SimServer:
     async def handle_stats(self, request: web.Request) -> web.Response:
         return web.json_response(self.stats())
 
-    # --- completions --------------------------------------------------------------------
-
-    async def handle_completions(self, request: web.Request) -> web.StreamResponse:
-        return await self._serve_generation(request, chat=False)
-
-    async def handle_chat_completions(self, request: web.Request) -> web.StreamResponse:
-        return await self._serve_generation(request, chat=True)
-
-    async def _serve_generation(self, http_request: web.Request, chat: bool) -> web.StreamResponse:
-        try:
-            body = await http_request.json()
-        except (json.JSONDecodeError, UnicodeDecodeError) as error:
-            return error_response(f"Invalid JSON body: {error}", "BadRequestError", 400)
-        if not isinstance(body, dict):
-            return error_response("Request body must be a JSON object", "BadRequestError", 400)
-        if self.flavour is not None:
-            body.pop("model", None)  # only vLLM refuses a model name it does not serve
-        generation = parse_generation(
-            body, chat, model=self.config.model, max_model_len=self.config.max_model_len
-        )
-        if isinstance(generation, web.Response):
-            return generation
-        if self._unavailable():
-            return error_response(ENGINE_DEAD_MESSAGE, "InternalServerError", 500)
-        if self.flavour is not None:
-            self.flavour.before_generation()
-        if any(engine.sleep_level for engine in self.engines):
-            return error_response(
-                "The engine is sleeping; call /wake_up before sending requests.",
-                "ServiceUnavailableError",
-                503,
-            )
-        self.requests_total += 1
-        self.completions_by_user_agent[http_request.headers.get("User-Agent", "")] += 1
-
-        prefix = "chatcmpl" if chat else "cmpl"
-        request = SimRequest(
-            f"{prefix}-{uuid.uuid4().hex}",
-            generation.prompt_tokens,
-            generation.max_tokens,
-            generation.ignore_eos,
-            self.clock(),
-        )
-        meta = ResponseMeta(
-            request.request_id,
-            int(request.arrival),
-            self.config.model,
-            chat,
-            generation.prompt_tokens,
-        )
-        async with self._submitted(request) as events:
-            if generation.stream:
-                return await respond_stream(
-                    http_request, meta, events, self._words, generation.include_usage
-                )
-            return await respond_whole(meta, events, self._words)
+    # --- generation ---------------------------------------------------------------------
 
     async def generate(
         self, prompt_tokens: int, max_tokens: int, ignore_eos: bool, user_agent: str | None
@@ -399,13 +328,13 @@ class SimServer:
             f"gen-{uuid.uuid4().hex}", prompt_tokens, max_tokens, ignore_eos, self.clock()
         )
         generated = 0
-        async with self._submitted(request) as events:
+        async with self.submitted(request) as events:
             async for event in events:
                 generated += event.new_tokens
         return generated
 
     @contextlib.asynccontextmanager
-    async def _submitted(self, request: SimRequest) -> AsyncIterator[AsyncIterator[TokenEvent]]:
+    async def submitted(self, request: SimRequest) -> AsyncIterator[AsyncIterator[TokenEvent]]:
         """Submit `request` to the next engine (round robin) and yield its events; a request
         still in flight at the end was given up by its client: the engine core drops it on its
         next tick."""
@@ -418,9 +347,6 @@ class SimServer:
         finally:
             if self._in_flight.pop(request.request_id, None) is not None:
                 self._pending_aborts.append((engine_index, request.request_id))
-
-    def _words(self, count: int) -> str:
-        return "".join(" " + self._rng.choice(WORDS) for _ in range(count))
 
     async def _events(self, in_flight: _InFlight) -> AsyncIterator[TokenEvent]:
         while True:
