@@ -9,44 +9,24 @@ The metric semantics follow vLLM V1:
 - `iteration_tokens_total` is observed only on steps that produce output, so a long chunked
   prefill leaves its count flat while `kv_cache_usage_perc` rises;
 - `prompt_tokens_total` grows when a request's prefill completes (its first token is sampled).
+
+The stats themselves (families, histograms, buckets) are in `engine_stats`.
 """
 
 from __future__ import annotations
 
-import bisect
 import math
 import random
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+
+from stallwatch.simulator.engine_stats import zeroed_stats
 
 BLOCK_SIZE = 128
 # A step never takes less than this, so a catch-up after a stalled event loop stays bounded.
 MIN_STEP_SECONDS = 0.0005
 MAX_STEPS_PER_ADVANCE = 20_000
-# vLLM sizes these token-count histograms with build_1_2_5_buckets(max_model_len).
-MODEL_LEN_BUCKET_FAMILIES = frozenset(
-    {
-        "vllm:request_prompt_tokens",
-        "vllm:request_generation_tokens",
-        "vllm:request_max_num_generation_tokens",
-        "vllm:request_params_max_tokens",
-        "vllm:request_prefill_kv_computed_tokens",
-    }
-)
-
-
-def build_1_2_5_buckets(max_value: int) -> tuple[float, ...]:
-    """1, 2, 5, 10, 20, 50, ... up to and including max_value (vLLM's bucket rule)."""
-    buckets: list[float] = []
-    exponent = 0
-    while True:
-        for mantissa in (1, 2, 5):
-            value = mantissa * 10**exponent
-            if value > max_value:
-                return tuple(buckets)
-            buckets.append(float(value))
-        exponent += 1
 
 
 @dataclass(frozen=True)
@@ -60,47 +40,6 @@ class EngineConfig:
     kv_cache_tokens: int = 1_048_576
     eos_probability: float = 0.0
     max_model_len: int = 2048
-
-
-@dataclass
-class Histogram:
-    """Cumulative histogram with fixed upper bounds (+Inf implied)."""
-
-    bounds: tuple[float, ...]
-    counts: list[int] = field(default_factory=list)
-    total: float = 0.0
-    count: int = 0
-
-    def __post_init__(self) -> None:
-        if not self.counts:
-            self.counts = [0] * len(self.bounds)
-
-    def observe(self, value: float) -> None:
-        index = bisect.bisect_left(self.bounds, value)
-        if index < len(self.bounds):
-            self.counts[index] += 1
-        self.total += value
-        self.count += 1
-
-    def cumulative(self) -> list[int]:
-        """Counts per bound, cumulative, without the +Inf bucket (that one is `count`)."""
-        result: list[int] = []
-        running = 0
-        for count in self.counts:
-            running += count
-            result.append(running)
-        return result
-
-
-@dataclass
-class EngineStats:
-    """Everything the engine exports; plain numbers keyed by metric family name."""
-
-    created: float
-    gauges: dict[str, float | None]
-    counters: dict[str, float]
-    labelled_counters: dict[str, dict[str, float]]
-    histograms: dict[str, Histogram]
 
 
 @dataclass
@@ -153,23 +92,6 @@ class TokenEvent:
     finish_reason: str | None
 
 
-def _histogram_bounds(
-    families: list[dict[str, object]], max_model_len: int
-) -> dict[str, tuple[float, ...]]:
-    bounds: dict[str, tuple[float, ...]] = {}
-    for family in families:
-        name = str(family["name"])
-        if family["type"] != "histogram":
-            continue
-        if name in MODEL_LEN_BUCKET_FAMILIES:
-            bounds[name] = build_1_2_5_buckets(max_model_len)
-        else:
-            buckets = family["buckets"]
-            assert isinstance(buckets, list)
-            bounds[name] = tuple(float(b) for b in buckets)
-    return bounds
-
-
 class Engine:
     """One engine core (one data-parallel rank). Drive it with `submit`, `advance_to`, `abort`."""
 
@@ -191,30 +113,7 @@ class Engine:
         self.sleep_level = 0
         # Called after every step (the non-vLLM metric models count from these).
         self.step_listeners: list[Callable[[StepRecord], None]] = []
-        self.stats = EngineStats(
-            created=now,
-            gauges={
-                "vllm:num_requests_running": 0.0,
-                "vllm:num_requests_waiting": 0.0,
-                "vllm:kv_cache_usage_perc": 0.0,
-            },
-            counters={},
-            labelled_counters={},
-            histograms={
-                name: Histogram(bounds)
-                for name, bounds in _histogram_bounds(families, config.max_model_len).items()
-            },
-        )
-        for family in families:
-            name = str(family["name"])
-            if family["type"] != "counter":
-                continue
-            if family["extra_label"]:
-                values = family["extra_values"]
-                assert isinstance(values, list)
-                self.stats.labelled_counters[name] = {str(v): 0.0 for v in values}
-            else:
-                self.stats.counters[name] = 0.0
+        self.stats = zeroed_stats(families, config.max_model_len, now)
 
     # --- inputs -------------------------------------------------------------------------
 

@@ -21,7 +21,8 @@ from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString as _untyped_float_to_go_string
 
-from stallwatch.simulator.engine import BLOCK_SIZE, EngineStats
+from stallwatch.simulator.engine import BLOCK_SIZE
+from stallwatch.simulator.engine_stats import EngineStats
 
 CONTENT_TYPE = "text/plain; version=1.0.0; charset=utf-8"
 FAMILIES_RESOURCE = "vllm_0_32_families.json"

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from stallwatch.simulator.engine import Engine, EngineConfig, SimRequest, build_1_2_5_buckets
+from stallwatch.simulator.engine import Engine, EngineConfig, SimRequest
+from stallwatch.simulator.engine_stats import build_1_2_5_buckets
 from stallwatch.simulator.metrics import load_families
 
 RUNNING = "vllm:num_requests_running"

@@ -19,7 +19,8 @@ from typing import Any
 
 from aiohttp import web
 
-from stallwatch.simulator.engine import Histogram, StepRecord
+from stallwatch.simulator.engine import StepRecord
+from stallwatch.simulator.engine_stats import Histogram
 from stallwatch.simulator.engines.base import (
     PROMETHEUS_CONTENT_TYPE,
     FamilyDump,
