@@ -77,3 +77,5 @@ class HeldRelease:
                 await self.release()
             except JournalError as error:
                 log.error("held alerts not judged again: %s", error)
+            except Exception:  # a bug in one release must not end the checks
+                log.exception("held alerts not judged again")

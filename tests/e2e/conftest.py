@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from .harness import AlertingStack, MissingBinaryError
+from .harness import AlertingStack, running_stack
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -15,12 +15,5 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="session")
 def alerting_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AlertingStack]:
     """Prometheus and Alertmanager on loopback with stallwatch's rules and routing (see harness)."""
-    stack = AlertingStack(tmp_path_factory.mktemp("alerting-stack"), REPO)
-    try:
-        stack.start()
-    except MissingBinaryError as error:
-        pytest.fail(str(error))
-    try:
+    with running_stack(AlertingStack(tmp_path_factory.mktemp("alerting-stack"), REPO)) as stack:
         yield stack
-    finally:
-        stack.stop()

@@ -19,15 +19,17 @@ adding targets):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import secrets
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+import pytest
 from aiohttp import web
 
 from stallwatch.localstack.errors import MissingBinaryError
@@ -43,9 +45,25 @@ __all__ = [
     "Notification",
     "RecordingReceiver",
     "poll",
+    "running_stack",
 ]
 
 T = TypeVar("T")
+Stack = TypeVar("Stack", bound=LocalStack)
+
+
+@contextlib.contextmanager
+def running_stack(stack: Stack) -> Iterator[Stack]:
+    """`stack` started (a missing binary fails the test, naming it), stopped afterwards."""
+    try:
+        stack.start()
+    except MissingBinaryError as error:
+        pytest.fail(str(error))
+    try:
+        yield stack
+    finally:
+        stack.stop()
+
 
 WEBHOOK_PATH = "/alerts"
 

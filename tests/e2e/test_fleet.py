@@ -32,7 +32,7 @@ from .fleet_support import (
     wait_gone,
     write_sd,
 )
-from .harness import MissingBinaryError, poll
+from .harness import poll, running_stack
 from .pipeline_support import TIMEOUT, restarter_process
 from .test_pipeline_restarter import RESTART_SCRIPT, SIM_ARGS, Simulator, loaded, rows, simulator
 
@@ -45,15 +45,8 @@ HTTP = aiohttp.ClientTimeout(total=5)
 @pytest.fixture(scope="module")
 def fleet_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FleetStack]:
     """Prometheus (with the shipped /probe jobs) and Alertmanager, webhook to the restarter."""
-    stack = FleetStack(tmp_path_factory.mktemp("fleet-stack"), REPO)
-    try:
-        stack.start()
-    except MissingBinaryError as error:
-        pytest.fail(str(error))
-    try:
+    with running_stack(FleetStack(tmp_path_factory.mktemp("fleet-stack"), REPO)) as stack:
         yield stack
-    finally:
-        stack.stop()
 
 
 def address(url: str) -> str:

@@ -38,7 +38,7 @@ from stallwatch.simulator.load import LoadSummary, run_load
 from stallwatch.simulator.testing import SimProcess, start_simulator_process
 from tests.component.exporter_support import history, wait_for_state, wait_until
 
-from .harness import WEBHOOK_PATH, AlertingStack, MissingBinaryError, RecordingReceiver, poll
+from .harness import WEBHOOK_PATH, AlertingStack, RecordingReceiver, poll, running_stack
 from .pipeline_support import (
     TIMEOUT,
     Restarter,
@@ -116,15 +116,8 @@ class RestarterStack(AlertingStack):
 @pytest.fixture(scope="module")
 def restarter_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RestarterStack]:
     """Prometheus and Alertmanager whose restart alerts go to the real restarter's port."""
-    stack = RestarterStack(tmp_path_factory.mktemp("restarter-stack"), REPO)
-    try:
-        stack.start()
-    except MissingBinaryError as error:
-        pytest.fail(str(error))
-    try:
+    with running_stack(RestarterStack(tmp_path_factory.mktemp("restarter-stack"), REPO)) as stack:
         yield stack
-    finally:
-        stack.stop()
 
 
 @dataclass

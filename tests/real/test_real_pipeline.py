@@ -33,11 +33,11 @@ from stallwatch.common.exporter_config import ExporterConfig
 from stallwatch.core.classify import State
 from stallwatch.exporter.app import running_exporter
 from stallwatch.exporter.service import ExporterService
-from stallwatch.localstack.errors import MissingBinaryError
 from stallwatch.localstack.processes import free_port
 from stallwatch.localstack.rewrite import ScrapeTargets, Webhook
 from stallwatch.localstack.stack import LocalStack
 from tests.component.exporter_support import history, wait_for_state, wait_until
+from tests.e2e.harness import running_stack
 from tests.e2e.pipeline_support import Restarter, restarter_process
 from tests.real.scenario_support import (
     CONCURRENT_GENERATIONS,
@@ -94,14 +94,8 @@ def pipeline_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pipelin
         ),
         webhook=Webhook(url=f"http://127.0.0.1:{restarter_port}/alerts", token=token),
     )
-    try:
-        stack.start()
-    except MissingBinaryError as error:
-        pytest.fail(str(error))
-    try:
+    with running_stack(stack):
         yield PipelineStack(stack, exporter_port, restarter_port, token)
-    finally:
-        stack.stop()
 
 
 async def wait_for_query(stack: LocalStack, promql: str, timeout: float) -> list[dict[str, Any]]:
