@@ -98,6 +98,12 @@ class RestarterMetrics:
             "Targets with a firing restart alert the restarter has seen and not seen resolved.",
             registry=self.registry,
         )
+        self.held_alerts = Gauge(
+            "stallwatch_restarter_held_alerts",
+            "Restart alerts refused only by the pause or the open breaker, to be judged again "
+            "once neither refuses.",
+            registry=self.registry,
+        )
         self.load_seconds = Gauge(
             "stallwatch_restarter_model_load_seconds",
             "The target's last measured time from a restart to its first read with engine "

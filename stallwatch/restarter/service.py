@@ -392,4 +392,5 @@ class Restarter:
         for name, at in self.journal.last_restart_times(dry_run=self.config.dry_run).items():
             if self.config.target(name) is not None:
                 self.metrics.last_restart.labels(target=name).set(at)
+        self.metrics.held_alerts.set(len(self.held))
         self.fleet.refresh_gauges()

@@ -129,9 +129,13 @@ async def test_pause_over_http_holds_restarts_and_survives_a_restart(tmp_path: P
             assert metric(text, "stallwatch_restarter_paused") == 1.0
             answer = await post_alerts(client, payload(stuck("gpu0")))
             assert answer["decisions"][0]["reason"] == "paused"
+            text = await (await client.get("/metrics")).text()
+            assert metric(text, "stallwatch_restarter_held_alerts") == 1.0
             resumed = await client.post("/-/resume", headers=AUTH)
             assert (await resumed.json())["judged_again"] == 1
             await settle(restarter)
+            text = await (await client.get("/metrics")).text()
+            assert metric(text, "stallwatch_restarter_held_alerts") == 0.0
             answer = await post_alerts(client, payload(alert("gpu1", fingerprint="other")))
             await settle(restarter)
             assert answer["decisions"][0]["reason"] == "confirmed"

@@ -292,6 +292,7 @@ async def test_healthy_and_metrics_names(tmp_path: Path) -> None:
         "stallwatch_restarter_breaker_open",
         "stallwatch_restarter_paused",
         "stallwatch_restarter_stalled_targets",
+        "stallwatch_restarter_held_alerts",
     }
     assert 'stallwatch_restarter_restarts_total{result="success",target="gpu1"} 1.0' in text
     assert 'stallwatch_restarter_skips_total{reason="duplicate",target="gpu1"} 1.0' in text
