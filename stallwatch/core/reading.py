@@ -240,6 +240,7 @@ def parse_reading(payload: str, *, taken_at: float, kind: str = AUTO) -> Reading
     first_letters = table.first_letters
     wanted = table.series
     values: dict[str, dict[tuple[str, str], dict[str, float]]] = {}
+    split_values: dict[str, dict[tuple[str, str], dict[str, float]]] = {}
     inflight: dict[str, float] = {}
     seen: dict[str, set[str]] = {}
     start_time: float | None = None
@@ -275,18 +276,26 @@ def parse_reading(payload: str, *, taken_at: float, kind: str = AUTO) -> Reading
         if not math.isfinite(value):
             continue
         profile, rules = entry
+        part = profile.split_label is not None and labels.get(profile.split_label, "") != ""
         for rule in rules:
             if not rule.keeps(labels):
                 continue
             seen.setdefault(profile.kind, set()).add(name)
-            engine_values = values.setdefault(profile.kind, {}).setdefault(
-                _identity(profile, labels), {}
+            engine_values = (
+                (split_values if part else values)
+                .setdefault(profile.kind, {})
+                .setdefault(_identity(profile, labels), {})
             )
             role = rule.role
             if rule.summed and role in engine_values:
                 engine_values[role] += value
             else:
                 engine_values[role] = value
+    for split_kind, parts in split_values.items():
+        for key, part_values in parts.items():
+            engine_totals = values.setdefault(split_kind, {}).setdefault(key, {})
+            for role, part_value in part_values.items():
+                engine_totals.setdefault(role, part_value)
     chosen = _choose(seen) if kind == AUTO else (table_kind if table_kind in values else None)
     if chosen is None:
         return Reading(taken_at=taken_at, process_start_time=start_time, malformed_lines=malformed)

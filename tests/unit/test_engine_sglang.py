@@ -104,6 +104,40 @@ def test_passes_are_summed_over_mode_and_no_start_time_is_read() -> None:
     assert reading.inflight_requests == 4.0  # the /metrics scrape itself is not work
 
 
+def with_priorities(text: str) -> str:
+    """`text` as SGLang writes it with priority scheduling: each scheduler series twice more,
+    once per priority, beside the total under `priority=""`."""
+    lines: list[str] = []
+    for line in text.splitlines():
+        if line.startswith("sglang:") and SCHED in line:
+            name, rest = line.split("{", 1)
+            labels, value = rest.rsplit("} ", 1)
+            lines.append(f'{name}{{{labels},priority=""}} {value}')
+            half = float(value) / 2
+            lines += [f'{name}{{{labels},priority="{p}"}} {half}' for p in ("0", "1")]
+        else:
+            lines.append(line)
+    return "\n".join(lines) + "\n"
+
+
+def test_priority_parts_are_not_counted_beside_their_totals() -> None:
+    """With priority scheduling the totals are read, not totals plus every priority."""
+    plain = read(BUSY_2, 0.0).engines
+    split = read(with_priorities(BUSY_2), 0.0).engines
+    assert split == plain
+    assert split[0].running == 4.0
+
+
+def test_priority_parts_are_summed_where_no_total_exists() -> None:
+    """A counter written only per priority still counts: its parts are summed."""
+    parts_only = "\n".join(
+        line for line in with_priorities(BUSY_2).splitlines() if 'priority=""' not in line
+    )
+    [engine] = read(parts_only, 0.0).engines
+    [plain] = read(BUSY_2, 0.0).engines
+    assert engine.steps == plain.steps
+
+
 def test_generation_backed_health_endpoints_are_never_safe() -> None:
     """/health and /health_generate run a generation: unsafe; /ping and /ready are safe."""
     profile = profile_for("sglang")

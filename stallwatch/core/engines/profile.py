@@ -96,6 +96,9 @@ class EngineProfile:
     signature: frozenset[str] | None = None
     model_label: str = "model_name"
     engine_labels: tuple[str, ...] = ()
+    # A label that splits a family into parts beside its total, which carries the label empty
+    # (SGLang's `priority`): a part counts only for a role no total was found for.
+    split_label: str | None = None
     metrics_path: str = "/metrics"
     # Counters that every step of running work moves: a stall needs one of them in both reads.
     stall_evidence: tuple[str, ...] = ("steps",)

@@ -55,6 +55,9 @@ PROFILE = EngineProfile(
         }
     ),
     engine_labels=("dp_rank",),
+    # With priority scheduling every scheduler family has one series per priority beside its
+    # total under `priority=""` (metrics_collector.py): summing them all counted twice.
+    split_label="priority",
     stall_evidence=("steps",),
     work_gauge_lag_seconds=30.0,
     work_gauge_lag=(
