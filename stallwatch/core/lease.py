@@ -19,7 +19,7 @@ from stallwatch.core.policy import PastRestart
 # The annotation of the Lease that holds the restarts (JSON, newest last).
 LEDGER_ANNOTATION = "stallwatch.io/restarts"
 # At most this many restarts are kept in the Lease (an object's annotations are capped at
-# 256 KiB in all; each entry is well under 200 bytes).
+# 256 KiB in all; an entry takes about 150 bytes).
 LEDGER_MAX_ENTRIES = 500
 
 LeaseMove = Literal["renew", "take", "wait"]
@@ -61,6 +61,7 @@ def encode_ledger(restarts: Iterable[PastRestart], since: float) -> str:
         [
             {"target": p.target, "decided_at": p.decided_at, "finished_at": p.finished_at}
             | ({"blocked": True} if p.blocked else {})
+            | ({"alert": p.alert} if p.alert else {})
             for p in kept
         ],
         separators=(",", ":"),
@@ -89,7 +90,12 @@ def decode_ledger(text: str | None) -> tuple[PastRestart, ...]:
         if finished is not None and not isinstance(finished, int | float):
             finished = None
         blocked = item.get("blocked") is True
-        restarts.append(PastRestart(target, float(decided), finished, blocked))
+        alert = item.get("alert")
+        restarts.append(
+            PastRestart(
+                target, float(decided), finished, blocked, alert if isinstance(alert, str) else ""
+            )
+        )
     return tuple(restarts)
 
 

@@ -71,13 +71,15 @@ class PastRestart:
     """A restart decided earlier (or, in dry-run mode, one that would have been).
 
     `blocked`: its action changed nothing because a PodDisruptionBudget refused the eviction;
-    such a restart spends no budget and starts no cooldown.
+    such a restart spends no budget and starts no cooldown. `alert`: the alert episode it
+    acted on (`alert_key`), so a replica that took over knows a repeat of it as a duplicate.
     """
 
     target: str
     decided_at: float
     finished_at: float | None = None
     blocked: bool = False
+    alert: str = ""
 
     @property
     def settled_at(self) -> float:
@@ -116,6 +118,11 @@ class History:
     covered: int = 0
     controls: Controls = field(default_factory=Controls)
     load_seconds: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+
+
+def alert_key(alert: Alert) -> str:
+    """One alert episode: Alertmanager's fingerprint and the episode's startsAt."""
+    return f"{alert.fingerprint}@{alert.starts_at}"
 
 
 def lookback_seconds(config: RestarterConfig) -> float:
@@ -169,6 +176,14 @@ def decide(alert: Alert, config: RestarterConfig, history: History, now: float) 
                 "duplicate",
                 f"this alert was refused by confirmation ({past.reason}) "
                 f"{now - past.decided_at:.0f} s ago; not re-checked within the cooldown",
+            )
+    key = alert_key(alert)
+    for restart in history.restarts:  # restarts a replica that held the Lease before decided
+        if restart.alert == key and not restart.blocked:
+            return _skip(
+                "duplicate",
+                f"this alert (fingerprint {alert.fingerprint}, startsAt {alert.starts_at}) "
+                f"was already acted on {now - restart.decided_at:.0f} s ago",
             )
     fleet_refusal = _fleet_refusal(config, history, now)
     if fleet_refusal is not None:

@@ -136,15 +136,15 @@ class JournalReader:
             rows = self._db.execute(
                 "SELECT d.target, d.time, "
                 "CASE WHEN d.decision = 'skip' THEN d.time ELSE r.time END, "
-                "COALESCE(r.result = :blocked, 0) "
+                "COALESCE(r.result = :blocked, 0), d.fingerprint || '@' || d.starts_at "
                 "FROM journal d LEFT JOIN journal r "
                 "ON r.restart_id = d.id AND r.decision = 'action_result' "
                 f"WHERE {_RESTART_LIKE} AND d.time > :since ORDER BY d.time",
                 {"since": since, "dry_run": dry_run, "blocked": PDB_BLOCKED},
             ).fetchall()
         return tuple(
-            PastRestart(target, decided, finished, bool(blocked))
-            for target, decided, finished, blocked in rows
+            PastRestart(target, decided, finished, bool(blocked), alert)
+            for target, decided, finished, blocked, alert in rows
         )
 
     def history(self, alert: Alert, *, since: float, dry_run: bool = False) -> History:

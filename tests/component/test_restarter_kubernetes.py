@@ -350,7 +350,8 @@ async def test_a_second_replica_takes_over_and_honours_the_first_ones_cooldown(
     tmp_path: Path,
 ) -> None:
     """Only the Lease holder is Ready and acts; when it loses the Lease, the other takes it,
-    becomes Ready, and refuses a restart the first one's cooldown forbids."""
+    becomes Ready, knows the alert the first one acted on as a duplicate, and refuses a new
+    alert's restart the first one's cooldown forbids."""
     clock = Clock()
     async with running_simulator() as sim, fake_kube() as fake:
         sim.apply_fault("freeze")
@@ -381,7 +382,9 @@ async def test_a_second_replica_takes_over_and_honours_the_first_ones_cooldown(
             assert not await a.kube.lease.step()
             assert (await client_b.get("/-/ready")).status == 200
             assert (await client_a.get("/-/ready")).status == 503
+            (repeat,) = await send(client_b, pod_alert("vllm-0"))
             (decision,) = await send(client_b, pod_alert("vllm-0", fingerprint="f00d0000000000b2"))
+        assert (repeat["decision"], repeat["reason"]) == ("skip", "duplicate")
         assert (decision["decision"], decision["reason"]) == ("skip", "cooldown")
         assert fake.evicted == [("llm", "vllm-0")]
         lease = fake.lease_record("stallwatch", "stallwatch-restarter")

@@ -41,12 +41,16 @@ def test_the_ledger_keeps_the_look_back_and_round_trips() -> None:
 
 
 def test_the_ledger_carries_a_blocked_restart_to_the_next_holder() -> None:
-    """A restart a PodDisruptionBudget blocked stays blocked across a failover; the others
-    are written as before (no `blocked` key)."""
-    restarts = [PastRestart("a", 50.0, 51.0, blocked=True), PastRestart("b", 55.0, 60.0)]
+    """A restart a PodDisruptionBudget blocked stays blocked across a failover, and each
+    restart keeps the alert episode it acted on; absent fields are not written."""
+    restarts = [
+        PastRestart("a", 50.0, 51.0, blocked=True),
+        PastRestart("b", 55.0, 60.0, alert="f00d@2026-11-30T05:29:50Z"),
+    ]
     text = encode_ledger(restarts, since=0.0)
     assert decode_ledger(text) == tuple(restarts)
     assert text.count('"blocked"') == 1
+    assert text.count('"alert"') == 1
 
 
 def test_the_ledger_is_bounded() -> None:

@@ -26,6 +26,7 @@ from stallwatch.core.policy import (
     History,
     PastDecision,
     PastRestart,
+    alert_key,
     decide,
     lookback_seconds,
     with_confirmation,
@@ -98,6 +99,14 @@ CHEAP_CASES: list[tuple[str, Alert, History, str]] = [
         "same alert refused by confirmation within the cooldown",
         alert(),
         History(same_alert=(PastDecision(NOW - 60, "skip", "not_confirmed_progress"),)),
+        "duplicate",
+    ),
+    (
+        "same alert restarted by the replica that held the Lease before (from the ledger)",
+        alert(),
+        History(
+            restarts=(replace(restarted("gpu1", 4000), alert=alert_key(alert())),),
+        ),
         "duplicate",
     ),
     (
