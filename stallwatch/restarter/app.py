@@ -159,7 +159,7 @@ async def handle_pause(request: web.Request) -> web.StreamResponse:
 
 
 async def handle_resume(request: web.Request) -> web.StreamResponse:
-    """`POST /-/resume`: close the breaker and end any pause."""
+    """`POST /-/resume`: close the breaker, end any pause, judge the held alerts again."""
     restarter = request.app[RESTARTER_KEY]
     if not authorized(restarter.config, request):
         return _error(401, "missing or wrong bearer token")

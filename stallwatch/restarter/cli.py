@@ -280,7 +280,10 @@ def run_control(args: argparse.Namespace) -> int:
     finally:
         journal.close()
     if args.control == "resumed":
-        print(f"resumed: breaker closed and pause ended (journal {config.journal})")
+        print(
+            f"resumed: breaker closed and pause ended (journal {config.journal}); "
+            "a running restarter judges the alerts it held again within seconds"
+        )
     else:
         length = "until resumed" if duration is None else f"for {args.pause_for}"
         print(f"paused {length} (journal {config.journal})")
