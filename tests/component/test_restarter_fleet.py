@@ -181,7 +181,7 @@ async def test_an_alert_held_by_a_pause_is_judged_again_when_the_pause_runs_out(
     async with fake_vllm("stalled") as fake:
         config = write_config(tmp_path, targets(fake.url, marker, 2))
         async with running_restarter(config) as (client, restarter):
-            paused = await client.post("/-/pause", params={"for": "1s"}, headers=AUTH)
+            paused = await client.post("/-/pause", params={"for": "3s"}, headers=AUTH)
             assert paused.status == 200
             for name in ("gpu0", "gpu1"):
                 answer = await post_alerts(client, payload(stuck(name)))
