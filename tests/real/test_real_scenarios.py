@@ -24,10 +24,12 @@ from tests.real.scenario_support import (
     cancel_all,
     engine_values,
     http_session,
+    judged_polls,
     real_target,
     record_polls,
     server_counters,
     start_generations,
+    starved,
     wait_for_running,
 )
 from tests.real.vllm_server import (
@@ -48,7 +50,8 @@ TARGET_LABELS = (("target", NAME),)
 async def test_batch_load_reads_busy_every_poll_and_gets_no_test_request(
     real_vllm: RealVllmServer,
 ) -> None:
-    """Four long generations read busy at every poll after the first; no test request is sent."""
+    """Four long generations read busy at every poll that compares two reads; no test request
+    is sent."""
     async with http_session() as session:
         before = await server_counters(session, real_vllm.base_url)
         load = start_generations(session, real_vllm.base_url)
@@ -64,9 +67,11 @@ async def test_batch_load_reads_busy_every_poll_and_gets_no_test_request(
         counted = (await server_counters(session, real_vllm.base_url)).since(before)
     print(f"default server tree peak RSS: {real_vllm.tree_peak_rss_bytes() / 2**20:.0f} MiB")
 
-    assert polls[0].state == State.UNKNOWN, polls[0]
-    assert [poll.state for poll in polls[1:]] == [State.BUSY] * (len(polls) - 1), polls
-    assert all((poll.steps_per_second or 0) > 0 for poll in polls[1:])
+    assert polls[0].state == State.UNKNOWN or starved(polls[0]), polls[0]
+    judged = judged_polls(polls)
+    assert len(judged) >= 3, polls
+    assert [poll.state for poll in judged] == [State.BUSY] * len(judged), polls
+    assert all((poll.steps_per_second or 0) > 0 for poll in judged)
     assert metrics[("stallwatch_probe_requests_total", TARGET_LABELS)] == 0
     assert metrics[("stallwatch_target_state", (("state", "busy"), *TARGET_LABELS))] == 1
     completion_tokens = [answer["usage"]["completion_tokens"] for answer in answers]
@@ -100,16 +105,18 @@ async def test_long_chunked_prefill_is_never_stalled_and_check_says_healthy(
             await cancel_all([prefill])
         counted = (await server_counters(session, real_vllm.base_url)).since(before)
 
-    states = [poll.state for poll in polls]
-    assert State.STALLED not in states, polls
-    assert states[1:] == [State.BUSY] * (len(polls) - 1), polls
+    assert State.STALLED not in [poll.state for poll in polls], polls
+    judged = judged_polls(polls)
+    assert len(judged) >= 2, polls
+    assert [poll.state for poll in judged] == [State.BUSY] * len(judged), polls
     assert still_prefilling
-    # The prefill really spanned the polls: no output step, KV cache filling at every poll.
-    steps = [engine_values(poll.reading, "steps") for poll in polls]
-    kv_usage = [engine_values(poll.reading, "kv_cache_usage") for poll in polls]
+    # The prefill really spanned the polls: no output step, KV cache filling at every read.
+    read = [poll for poll in polls if not starved(poll)]
+    steps = [engine_values(poll.reading, "steps") for poll in read]
+    kv_usage = [engine_values(poll.reading, "kv_cache_usage") for poll in read]
     assert len(set(steps)) == 1, steps
     assert all(later > earlier for earlier, later in itertools.pairwise(kv_usage)), kv_usage  # type: ignore[operator]
-    assert all("kv_cache_usage_perc" in poll.reason for poll in polls[1:]), polls
+    assert all("kv_cache_usage_perc" in poll.reason for poll in judged), polls
     assert result.exit_code == EXIT_OK, result.as_json()
     assert result.as_json()["state"] == "busy"
     assert result.history.probe_requests == 0
