@@ -10,12 +10,12 @@ No I/O and no clock: `now` is passed in.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal, get_args
 
-from stallwatch.common.restarter_config import RestarterConfig
+from stallwatch.common.restarter_config import RestarterConfig, Target
 from stallwatch.core.alerts import Alert
 from stallwatch.core.confirmation import Confirmation
 from stallwatch.core.fleet import Controls, cooldown_seconds, longest_cooldown, mass_stall
@@ -125,6 +125,24 @@ def alert_key(alert: Alert) -> str:
     return f"{alert.fingerprint}@{alert.starts_at}"
 
 
+def budget_spent(restarts: Iterable[PastRestart], target: Target, now: float) -> int:
+    """How many of `target`'s budget restarts its window holds (a blocked one spent none)."""
+    since = now - target.budget.window
+    return sum(
+        1
+        for past in restarts
+        if past.target == target.name and not past.blocked and past.decided_at > since
+    )
+
+
+def _acted_on(alert: Alert, decided_at: float, now: float) -> Decision:
+    return _skip(
+        "duplicate",
+        f"this alert (fingerprint {alert.fingerprint}, startsAt {alert.starts_at}) "
+        f"was already acted on {now - decided_at:.0f} s ago",
+    )
+
+
 def lookback_seconds(config: RestarterConfig) -> float:
     """How far back the journal must be read for `decide` to see everything it uses."""
     spans = [config.fleet_window.window]
@@ -166,11 +184,7 @@ def decide(alert: Alert, config: RestarterConfig, history: History, now: float) 
                 )
             continue
         if past.action == "restart" or past.reason == "dry_run":
-            return _skip(
-                "duplicate",
-                f"this alert (fingerprint {alert.fingerprint}, startsAt {alert.starts_at}) "
-                f"was already acted on {now - past.decided_at:.0f} s ago",
-            )
+            return _acted_on(alert, past.decided_at, now)
         if past.reason in NOT_CONFIRMED and now - past.decided_at < target.cooldown:
             return _skip(
                 "duplicate",
@@ -180,11 +194,7 @@ def decide(alert: Alert, config: RestarterConfig, history: History, now: float) 
     key = alert_key(alert)
     for restart in history.restarts:  # restarts a replica that held the Lease before decided
         if restart.alert == key and not restart.blocked:
-            return _skip(
-                "duplicate",
-                f"this alert (fingerprint {alert.fingerprint}, startsAt {alert.starts_at}) "
-                f"was already acted on {now - restart.decided_at:.0f} s ago",
-            )
+            return _acted_on(alert, restart.decided_at, now)
     fleet_refusal = _fleet_refusal(config, history, now)
     if fleet_refusal is not None:
         return fleet_refusal
@@ -197,11 +207,11 @@ def decide(alert: Alert, config: RestarterConfig, history: History, now: float) 
             return _skip(
                 "cooldown", f"restarted {now - last.decided_at:.0f} s ago; {remaining:.0f} s left"
             )
-    in_budget = [past for past in own if past.decided_at > now - target.budget.window]
-    if len(in_budget) >= target.budget.max_restarts:
+    spent = budget_spent(history.restarts, target, now)
+    if spent >= target.budget.max_restarts:
         return _skip(
             "budget_exhausted",
-            f"{len(in_budget)} restarts in the last {target.budget.window:g} s "
+            f"{spent} restarts in the last {target.budget.window:g} s "
             f"(budget {target.budget.max_restarts})",
         )
     in_flight = [past for past in history.restarts if _in_flight(past, config, now)]

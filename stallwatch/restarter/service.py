@@ -22,7 +22,14 @@ from stallwatch.common.restarter_config import RestarterConfig, Target
 from stallwatch.core.alerts import Alert, Notification
 from stallwatch.core.confirmation import Confirmation
 from stallwatch.core.lease import merge_restarts
-from stallwatch.core.policy import Decision, History, decide, decide_confirmed, lookback_seconds
+from stallwatch.core.policy import (
+    Decision,
+    History,
+    budget_spent,
+    decide,
+    decide_confirmed,
+    lookback_seconds,
+)
 from stallwatch.restarter.background import BackgroundActions
 from stallwatch.restarter.confirm import confirm_stall
 from stallwatch.restarter.fleet import FleetGuard
@@ -380,14 +387,7 @@ class Restarter:
         now = self.clock()
         restarts = self.journal.restarts_since(now - self._lookback, dry_run=self.config.dry_run)
         for target in self.config.targets:
-            used = sum(
-                1
-                for past in restarts
-                if past.target == target.name
-                and not past.blocked
-                and past.decided_at > now - target.budget.window
-            )
-            exhausted = used >= target.budget.max_restarts
+            exhausted = budget_spent(restarts, target, now) >= target.budget.max_restarts
             self.metrics.budget_exhausted.labels(target=target.name).set(1 if exhausted else 0)
         for name, at in self.journal.last_restart_times(dry_run=self.config.dry_run).items():
             if self.config.target(name) is not None:
