@@ -22,7 +22,7 @@ import aiohttp
 
 from stallwatch.common.restarter_config import RestarterConfig, Target
 from stallwatch.core.alerts import Notification
-from stallwatch.core.fleet import breaker_trip, current_controls
+from stallwatch.core.fleet import Controls, breaker_trip, current_controls
 from stallwatch.core.policy import History
 from stallwatch.exporter.fetch import read_metrics
 from stallwatch.restarter.journal import Journal
@@ -57,12 +57,19 @@ class FleetGuard:
         # until read from the journal.
         self._firing: dict[tuple[str, str], float] | None = None
 
+    def _kept_since(self, config: RestarterConfig, now: float) -> float:
+        return now - max(config.mass_stall.window, FIRING_LOOKBACK_SECONDS)
+
     def _firing_alerts(self) -> dict[tuple[str, str], float]:
         if self._firing is None:
             config = self._config()
-            since = self.clock() - max(config.mass_stall.window, FIRING_LOOKBACK_SECONDS)
+            since = self._kept_since(config, self.clock())
             self._firing = self.journal.firing_alerts(since, config.restart_alerts)
         return self._firing
+
+    def controls(self, now: float) -> Controls:
+        """The breaker and the pause switch as the journal has them now."""
+        return current_controls(self.journal.controls(), now)
 
     def notice(self, notification: Notification) -> None:
         """Count the notification's restart alerts as stalls (or their end), then see whether
@@ -80,7 +87,7 @@ class FleetGuard:
                 firing.pop((name, alert.fingerprint), None)
             else:
                 firing[(name, alert.fingerprint)] = now
-        since = now - max(config.mass_stall.window, FIRING_LOOKBACK_SECONDS)
+        since = self._kept_since(config, now)
         for key in [key for key, at in firing.items() if at <= since]:
             del firing[key]
         self.check_breaker()
@@ -99,7 +106,7 @@ class FleetGuard:
         return replace(
             history,
             stalled=self.stalled(now),
-            controls=current_controls(self.journal.controls(), now),
+            controls=self.controls(now),
             load_seconds=self.journal.load_times(),
         )
 
@@ -107,7 +114,7 @@ class FleetGuard:
         """Open (journal) the breaker when a mass stall or failed actions in a row say so."""
         config = self._config()
         now = self.clock()
-        if current_controls(self.journal.controls(), now).breaker_open:
+        if self.controls(now).breaker_open:
             return
         failed = self.journal.failed_actions_in_a_row(max(config.breaker.failed_actions, 1))
         why = breaker_trip(config, self.stalled(now), len(config.targets), failed)
@@ -130,7 +137,7 @@ class FleetGuard:
 
     def refresh_gauges(self) -> None:
         now = self.clock()
-        controls = current_controls(self.journal.controls(), now)
+        controls = self.controls(now)
         self.metrics.breaker_open.set(1 if controls.breaker_open else 0)
         self.metrics.paused.set(1 if controls.paused(now) else 0)
         self.metrics.stalled_targets.set(len(self.stalled(now)))

@@ -11,9 +11,8 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from stallwatch.core.alerts import Notification
-from stallwatch.core.fleet import current_controls
+from stallwatch.core.fleet import Controls
 from stallwatch.restarter.held import HeldAlerts
-from stallwatch.restarter.journal import Journal
 from stallwatch.restarter.journal_reader import JournalError
 
 log = logging.getLogger("stallwatch.restarter")
@@ -29,14 +28,14 @@ class HeldRelease:
     def __init__(
         self,
         held: HeldAlerts,
-        journal: Journal,
+        controls: Callable[[float], Controls],
         clock: Callable[[], float],
         *,
         judge: Callable[[Notification], Awaitable[object]],
         acts: Callable[[], bool],
     ) -> None:
         self.held = held
-        self.journal = journal
+        self.controls = controls
         self.clock = clock
         self.judge = judge
         self.acts = acts
@@ -48,7 +47,7 @@ class HeldRelease:
         if not self.held or not self.acts():
             return 0
         now = self.clock()
-        controls = current_controls(self.journal.controls(), now)
+        controls = self.controls(now)
         if controls.breaker_open or controls.paused(now):
             return 0
         notification = self.held.take(now)

@@ -98,7 +98,7 @@ class Restarter:
         self.held = HeldAlerts()
         self.held_release = HeldRelease(
             self.held,
-            self.journal,
+            self.fleet.controls,
             clock,
             judge=self.handle,
             acts=lambda: self.kube is None or self.kube.acting,
