@@ -21,6 +21,7 @@ from tests.component.restarter_support import (
     alert,
     fake_vllm,
     payload,
+    post_alerts,
     running_restarter,
     settle,
     target_entry,
@@ -97,11 +98,7 @@ async def test_decisions_and_results_are_logged_with_their_fields(
         )
         with caplog.at_level(logging.INFO, logger="stallwatch.restarter"):
             async with running_restarter(config) as (client, restarter):
-                await client.post(
-                    "/alerts",
-                    json=payload(alert()),
-                    headers={"Authorization": "Bearer test-token-0123456789"},
-                )
+                await post_alerts(client, payload(alert()))
                 await settle(restarter)
     fields = [record_fields(r, JsonFormatter()) for r in caplog.records if "decision" in r.__dict__]
     decision, result = fields
