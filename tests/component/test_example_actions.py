@@ -15,6 +15,7 @@ import pytest
 
 from stallwatch.restarter.actions import run_argv
 from tests.component.test_restarter_actions import fake_docker, short_tmp_dir
+from tests.wedged import kill_group, start_wedged, wedged_argv
 
 ACTIONS = Path(__file__).resolve().parents[2] / "examples" / "actions"
 
@@ -140,7 +141,8 @@ async def test_process_group_script_stops_the_whole_group_and_starts_a_new_sessi
         )
         assert succeeded, detail
         assert "killed the processes it left running" not in detail
-        assert "outlived SIGTERM" not in detail
+        assert "stopped on SIGTERM" in detail
+        assert "ignored SIGTERM" not in detail
         reaper.join(timeout=10)
         assert old.returncode == -signal.SIGTERM
         assert not group_alive(old.pid)
@@ -150,8 +152,48 @@ async def test_process_group_script_stops_the_whole_group_and_starts_a_new_sessi
         assert group_alive(new_pgid)
         assert os.getsid(new_pgid) == new_pgid
     finally:
-        for pgid in (old.pid, new_pgid):
+        for pgid in (old.pid, new_pgid, int(pidfile.read_text())):
             if pgid and group_alive(pgid):
                 os.killpg(pgid, signal.SIGKILL)
+        if old.poll() is None:
+            old.wait()
+
+
+async def test_process_group_script_kills_a_group_that_ignores_sigterm(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A wedged server (and its child) that ignore SIGTERM get SIGKILL after STOP_GRACE_SECONDS;
+    the output says so, and the new server starts."""
+    old = start_wedged(tmp_path / "old.log")
+    pidfile = tmp_path / "server.pgid"
+    pidfile.write_text(f"{old.pid}\n")
+    monkeypatch.setenv("STOP_GRACE_SECONDS", "1")
+    reaper = threading.Thread(target=old.wait, daemon=True)  # as init reaps an orphan
+    reaper.start()
+    new_pgid = 0
+    try:
+        started = asyncio.get_running_loop().time()
+        succeeded, detail = await run_argv(
+            [
+                str(ACTIONS / "restart-process-group.sh"),
+                str(pidfile),
+                str(tmp_path / "new.log"),
+                *wedged_argv(),
+            ],
+            "gpu1",
+        )
+        elapsed = asyncio.get_running_loop().time() - started
+        assert succeeded, detail
+        assert f"process group {old.pid} ignored SIGTERM: SIGKILL after 1 s" in detail
+        reaper.join(timeout=10)
+        assert old.returncode == -signal.SIGKILL
+        assert "SIGTERM ignored" in (tmp_path / "old.log").read_text()  # it was asked first
+        assert not group_alive(old.pid)  # its child, which ignored SIGTERM too, went with it
+        assert elapsed < 20, elapsed  # 1 s of grace; generous for a loaded machine
+        new_pgid = int(pidfile.read_text())
+        assert group_alive(new_pgid)
+    finally:
+        for pgid in (old.pid, new_pgid, int(pidfile.read_text())):
+            kill_group(pgid)
         if old.poll() is None:
             old.wait()
