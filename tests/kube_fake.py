@@ -74,6 +74,7 @@ def make_pod(
     port: int = 8000,
     port_name: str = "http",
     owner: tuple[str, str] | None = None,
+    grace_period: int = 30,
 ) -> dict[str, Any]:
     metadata: dict[str, Any] = {"name": name, "namespace": namespace, "labels": labels or {}}
     if owner is not None:
@@ -102,7 +103,9 @@ def make_pod(
                     "image": "vllm",
                     "ports": [{"name": port_name, "containerPort": port, "protocol": "TCP"}],
                 }
-            ]
+            ],
+            # What the API server fills in when a manifest leaves it out: 30.
+            "terminationGracePeriodSeconds": grace_period,
         },
         "status": status_part,
     }
@@ -123,6 +126,8 @@ class FakeKube:
         self.denied: list[Call] = []
         self.evicted: list[Key] = []
         self.deleted: list[Key] = []
+        # The gracePeriodSeconds each eviction or delete asked for (None: not given).
+        self.grace_periods: dict[Key, int | None] = {}
         self.patches: list[tuple[str, str, str, dict[str, Any]]] = []
         self._versions = itertools.count(1)
         self._names = itertools.count(1)
@@ -266,10 +271,16 @@ class FakeKube:
                     "Cannot evict pod as it would violate the pod's disruption budget.",
                 )
             self.evicted.append((namespace, name))
+            self.grace_periods[(namespace, name)] = (body.get("deleteOptions") or {}).get(
+                "gracePeriodSeconds"
+            )
             self._remove(namespace, name)
             return web.json_response(body, status=201)
         if verb == "delete":
             self.deleted.append((namespace, name))
+            body = await request.json() if request.can_read_body else {}
+            grace = request.query.get("gracePeriodSeconds", body.get("gracePeriodSeconds"))
+            self.grace_periods[(namespace, name)] = None if grace is None else int(grace)
             self._remove(namespace, name)
             return web.json_response(pod)
         return status(405, "MethodNotAllowed", f"{verb} on pods")

@@ -51,6 +51,8 @@ class KubernetesAction:
     mode: KubernetesMode = "evict"
     namespace: str = ""
     pod: str = ""
+    # gracePeriodSeconds sent with the eviction or delete: the kubelet's SIGTERM to SIGKILL.
+    # None: the pod's own terminationGracePeriodSeconds.
     grace_period: int | None = None
     kind: Literal["kubernetes"] = "kubernetes"
 
@@ -105,7 +107,7 @@ class KubernetesSettings:
 def kubernetes_action_from(section: Section, *, fixed: bool) -> KubernetesAction:
     """A kubernetes action; a fixed target names its pod, a rule's pods come from the API."""
     mode = section.choice("mode", "evict", KUBERNETES_MODES)
-    grace = section.integer("grace_period", 0) if section.has("grace_period") else None
+    grace = _grace_period(section, mode)
     if not fixed:
         for key in ("namespace", "pod"):
             if section.has(key):
@@ -117,6 +119,27 @@ def kubernetes_action_from(section: Section, *, fixed: bool) -> KubernetesAction
         pod=section.string("pod", required=True),
         grace_period=grace,
     )
+
+
+def _grace_period(section: Section, mode: str) -> int | None:
+    """The kill bound sent with an eviction or delete: whole seconds, at least 1 (0 would be a
+    forced deletion: the pod object goes at once, while its containers may still run)."""
+    if not section.has("grace_period"):
+        return None
+    if mode == "rollout_restart":
+        raise section.error(
+            "grace_period",
+            "applies to mode evict or delete; a rollout restart stops each old pod after its "
+            "own terminationGracePeriodSeconds",
+        )
+    raw = section.raw("grace_period")
+    if isinstance(raw, int) and not isinstance(raw, bool) and raw == 0:
+        raise section.error(
+            "grace_period",
+            "0 would force the deletion (the pod object goes at once while its containers may "
+            "still run, beside their replacement): give 1 or more seconds",
+        )
+    return section.integer("grace_period", 1, minimum=1)
 
 
 def pod_rules_from(top: Section) -> tuple[PodRule, ...]:

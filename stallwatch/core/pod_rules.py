@@ -44,6 +44,9 @@ class PodFacts:
     ports: Sequence[tuple[str, int]]
     # (kind, name) of the controller owner, if any.
     owner: tuple[str, str] | None = None
+    # spec.terminationGracePeriodSeconds: SIGTERM to SIGKILL when the pod is deleted (the API
+    # server sets 30 when the pod's spec leaves it out).
+    termination_grace_period: int | None = None
 
 
 @dataclass(frozen=True)

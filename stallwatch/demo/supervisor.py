@@ -29,6 +29,8 @@ from stallwatch.localstack.errors import LocalStackError
 from stallwatch.localstack.processes import ManagedProcess, free_port, wait_until_ready
 
 STOP_TIMEOUT_SECONDS = 5.0
+# A restart gives the old simulator this long after SIGTERM, then sends SIGKILL (and says so).
+RESTART_STOP_SECONDS = 3.0
 
 
 @dataclass
@@ -107,12 +109,17 @@ class Supervisor:
             old = self.servers[name]
             old_pid = old.process.pid
             started = time.monotonic()
-            await asyncio.to_thread(old.process.stop, 3.0)
+            killed = await asyncio.to_thread(old.process.stop, RESTART_STOP_SECONDS)
             new = self.spawn_server(name, old.port)
             await asyncio.to_thread(self.wait_ready, new)
             self.restarts.append((name, time.monotonic()))
+            stopped = (
+                f"pid {old_pid} ignored SIGTERM: SIGKILL after {RESTART_STOP_SECONDS:g} s"
+                if killed
+                else f"stopped pid {old_pid}"
+            )
             detail = (
-                f"stopped pid {old_pid}, started pid {new.process.pid} on port {new.port}; "
+                f"{stopped}, started pid {new.process.pid} on port {new.port}; "
                 f"listening after {time.monotonic() - started:.1f} s"
             )
             self.timeline.emit(name, f"supervisor: {detail}", "good")

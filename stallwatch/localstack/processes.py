@@ -109,19 +109,25 @@ class ManagedProcess:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self._process.pid, signum)
 
-    def stop(self, timeout: float = STOP_TIMEOUT_SECONDS, *, kill_first: bool = False) -> None:
-        """Terminate the group (or kill it right away), wait, kill what is left; always reap."""
+    def stop(self, timeout: float = STOP_TIMEOUT_SECONDS, *, kill_first: bool = False) -> bool:
+        """Terminate the group (or kill it right away), wait, kill what is left; always reap.
+
+        True when the leader outlived SIGTERM by `timeout` and SIGKILL ended it.
+        """
         if self._process is None:
-            return
+            return False
+        escalated = False
         if self._process.poll() is None:
             self.signal_group(signal.SIGKILL if kill_first else signal.SIGTERM)
             try:
                 self._process.wait(timeout)
             except subprocess.TimeoutExpired:
                 self.signal_group(signal.SIGKILL)
+                escalated = True
                 self._process.wait(timeout)
         # Anything the leader left behind in its group goes too.
         self.signal_group(signal.SIGKILL)
+        return escalated
 
     def log_tail(self, lines: int = 30) -> str:
         return log_tail(self.log_path, lines)

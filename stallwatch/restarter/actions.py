@@ -129,6 +129,64 @@ async def run_argv(argv: list[str], target_name: str) -> tuple[bool, str]:
     return process.returncode == 0, detail
 
 
+# How long the engine's event log is read after a restart, at most (a socket proxy may not
+# pass /events, or an engine may stream past `until`): the restart is done by then anyway.
+DOCKER_EVENTS_SECONDS = 5.0
+_SIGKILL_NAMES = frozenset({str(int(signal.SIGKILL)), "SIGKILL", "KILL"})
+# A process that SIGKILL ended exits with 128 + 9, as the engines report it.
+_KILLED_EXIT_CODE = str(128 + int(signal.SIGKILL))
+
+
+def docker_event_is_a_kill(event: object, container: str) -> bool:
+    """Whether one Docker Engine API event says `container` was SIGKILLed: Docker logs a `kill`
+    event per signal it sends (`signal` attribute), podman a `died` with the exit code."""
+    if not isinstance(event, dict) or event.get("Type", "container") != "container":
+        return False
+    actor = event.get("Actor")
+    if not isinstance(actor, dict):
+        return False
+    attributes = actor.get("Attributes")
+    attributes = attributes if isinstance(attributes, dict) else {}
+    identity = str(actor.get("ID", ""))
+    # The action may name the container by its id, or by a short id (12 characters or more).
+    by_id = identity == container or (len(container) >= 12 and identity.startswith(container))
+    if attributes.get("name") != container and not by_id:
+        return False
+    action = event.get("Action", event.get("status"))
+    if action == "kill":
+        return str(attributes.get("signal", "")) in _SIGKILL_NAMES
+    if action in ("die", "died"):
+        code = attributes.get("exitCode", attributes.get("containerExitCode"))
+        return str(code) == _KILLED_EXIT_CODE
+    return False
+
+
+async def _docker_killed(
+    session: aiohttp.ClientSession, container: str, since: float, until: float
+) -> bool:
+    """Whether the engine's events between `since` and `until` show a SIGKILL of `container`.
+
+    False when they cannot be read: the restart itself succeeded, and the detail still states
+    the bound (`t`).
+    """
+    filters = json.dumps({"type": ["container"], "container": [container]})
+    params = {"since": f"{since:.9f}", "until": f"{until:.9f}", "filters": filters}
+    try:
+        async with asyncio.timeout(DOCKER_EVENTS_SECONDS):
+            async with session.get(
+                "http://docker/events", params=params, headers={"User-Agent": USER_AGENT}
+            ) as response:
+                if response.status != 200:
+                    return False
+                async for line in response.content:
+                    with contextlib.suppress(ValueError):
+                        if docker_event_is_a_kill(json.loads(line), container):
+                            return True
+    except (TimeoutError, aiohttp.ClientError, OSError, ValueError):
+        return False
+    return False
+
+
 class ActionRunner:
     """Runs actions; owns the Docker sockets' sessions, borrows the process's HTTP session."""
 
@@ -185,11 +243,17 @@ class ActionRunner:
         return session
 
     async def _docker_restart(self, action: DockerAction) -> tuple[bool, str]:
-        """Docker Engine API: POST /containers/{name}/restart?t=STOP_TIMEOUT (204 on success)."""
+        """Docker Engine API: POST /containers/{name}/restart?t=STOP_TIMEOUT (204 on success).
+
+        The engine sends the container's stop signal (SIGTERM unless the image says otherwise)
+        and SIGKILL after `t` seconds. Whether it had to kill is read from its event log, and
+        the detail says so.
+        """
         session = self._docker_session(action.socket)
         path = f"/containers/{quote(action.container, safe='')}/restart"
         # The API takes whole seconds; rounding down would cut a container's grace short.
         stop_timeout = math.ceil(action.stop_timeout)
+        since = time.time()
         async with session.post(
             f"http://docker{path}",
             params={"t": str(stop_timeout)},
@@ -197,7 +261,10 @@ class ActionRunner:
         ) as response:
             body = await response.content.read(64 * 1024)
             if response.status == 204:
-                return True, f"docker restarted {action.container} (t={stop_timeout})"
+                detail = f"docker restarted {action.container} (t={stop_timeout})"
+                if await _docker_killed(session, action.container, since, time.time()):
+                    detail += f": it ignored SIGTERM: SIGKILL after {stop_timeout} s"
+                return True, detail
             message = _tail(body)
             with contextlib.suppress(ValueError):
                 answer = json.loads(body)

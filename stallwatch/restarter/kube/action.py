@@ -21,6 +21,21 @@ KubeResult = Literal["success", "failure", "pdb_blocked"]
 Fence = Callable[[], Awaitable[bool]]
 
 
+# The API server's terminationGracePeriodSeconds when a pod's spec gives none.
+DEFAULT_POD_GRACE_SECONDS = 30
+
+
+def stop_bound(grace_period: int | None, pod: PodFacts) -> str:
+    """How the kubelet stops the pod's containers, and within what bound: the action's
+    `grace_period` if set (sent with the eviction or delete), else the pod's own."""
+    if grace_period is not None:
+        return f"SIGTERM, then the kubelet's SIGKILL after {grace_period} s (grace_period)"
+    grace = pod.termination_grace_period
+    if grace is None:
+        grace = DEFAULT_POD_GRACE_SECONDS
+    return f"SIGTERM, then the kubelet's SIGKILL after {grace} s (terminationGracePeriodSeconds)"
+
+
 def _api_error(error: ApiException) -> str:
     return f"the API answered {error.status} {error.reason or ''}".rstrip()
 
@@ -85,10 +100,10 @@ class PodRestarter:
                         "disruption now; left alone, not retried"
                     )
                 raise
-            return "success", f"evicted {what}"
+            return "success", f"evicted {what}: {stop_bound(action.grace_period, victim)}"
         if action.mode == "delete":
             await self.api.delete(victim.namespace, victim.name, action.grace_period)
-            return "success", f"deleted {what}"
+            return "success", f"deleted {what}: {stop_bound(action.grace_period, victim)}"
         workload = await self.api.workload_of(pod)
         if workload is None:
             return "failure", (
@@ -97,4 +112,7 @@ class PodRestarter:
             )
         kind, name = workload
         await self.api.rollout_restart(pod.namespace, kind, name, self.clock())
-        return "success", f"rollout restart of {kind} {pod.namespace}/{name} (for {pod.name})"
+        return "success", (
+            f"rollout restart of {kind} {pod.namespace}/{name} (for {pod.name}): "
+            f"{stop_bound(None, pod)}"
+        )

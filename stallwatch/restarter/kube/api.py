@@ -68,6 +68,7 @@ def pod_facts(pod: Any) -> PodFacts:
         pod_ip=pod.status.pod_ip if pod.status else None,
         ports=ports,
         owner=owner,
+        termination_grace_period=pod.spec.termination_grace_period_seconds,
     )
 
 

@@ -1,0 +1,126 @@
+"""The kill bounds of the actions: the kubernetes grace period's config checks, the stated
+bound of a pod's stop, and which Docker Engine events mean the engine had to SIGKILL."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from stallwatch.common.config import ConfigError
+from stallwatch.common.config_files import load_restarter_config
+from stallwatch.common.kubernetes_config import KubernetesAction
+from stallwatch.core.pod_rules import PodFacts
+from stallwatch.restarter.actions import docker_event_is_a_kill
+from stallwatch.restarter.kube.action import stop_bound
+
+
+def load_with_action(tmp_path: Path, action: dict[str, Any]) -> Any:
+    (tmp_path / "token").write_text("t\n")
+    (tmp_path / "token").chmod(0o600)
+    document = {
+        "token_file": "token",
+        "journal": "journal.sqlite",
+        "targets": [{"name": "gpu1", "url": "http://127.0.0.1:8000", "action": action}],
+    }
+    path = tmp_path / "restarter.yml"
+    path.write_text(yaml.safe_dump(document))
+    return load_restarter_config(path)
+
+
+POD = {"kind": "kubernetes", "namespace": "llm", "pod": "vllm-0"}
+
+
+def test_a_grace_period_is_whole_seconds_sent_with_evict_or_delete(tmp_path: Path) -> None:
+    """grace_period: 10 parses for evict and delete; absent, the pod's own applies (None)."""
+    for mode in ("evict", "delete"):
+        config = load_with_action(tmp_path, {**POD, "mode": mode, "grace_period": 10})
+        assert config.targets[0].action == KubernetesAction(
+            mode=mode, namespace="llm", pod="vllm-0", grace_period=10
+        )
+    assert load_with_action(tmp_path, POD).targets[0].action.grace_period is None
+
+
+@pytest.mark.parametrize(
+    ("action", "message"),
+    [
+        ({**POD, "grace_period": 0}, "0 would force the deletion"),
+        ({**POD, "grace_period": -5}, "expected an integer >= 1, got -5"),
+        ({**POD, "grace_period": "30s"}, "expected an integer >= 1, got '30s'"),
+        (
+            {**POD, "mode": "rollout_restart", "grace_period": 30},
+            "applies to mode evict or delete",
+        ),
+    ],
+)
+def test_a_grace_period_that_cannot_bound_the_kill_is_refused(
+    tmp_path: Path, action: dict[str, Any], message: str
+) -> None:
+    """A forced deletion (0), a negative or non-integer period, or one a rollout restart would
+    ignore: refused at load, naming the file and the field."""
+    with pytest.raises(ConfigError) as raised:
+        load_with_action(tmp_path, action)
+    text = str(raised.value)
+    assert "restarter.yml" in text
+    assert "targets[0].action.grace_period" in text
+    assert message in text
+
+
+def pod(grace: int | None) -> PodFacts:
+    return PodFacts("llm", "vllm-0", {}, None, (), termination_grace_period=grace)
+
+
+@pytest.mark.parametrize(
+    ("grace_period", "pod_grace", "stated"),
+    [
+        (None, 45, "45 s (terminationGracePeriodSeconds)"),
+        (None, None, "30 s (terminationGracePeriodSeconds)"),
+        (10, 45, "10 s (grace_period)"),
+    ],
+)
+def test_the_pod_stop_bound_is_the_actions_grace_period_else_the_pods(
+    grace_period: int | None, pod_grace: int | None, stated: str
+) -> None:
+    """The action's grace_period wins; else the pod's own; else the API's default of 30 s."""
+    assert stop_bound(grace_period, pod(pod_grace)) == (
+        f"SIGTERM, then the kubelet's SIGKILL after {stated}"
+    )
+
+
+def event(action: str, name: str = "vllm-a", **attributes: str) -> dict[str, Any]:
+    return {
+        "Type": "container",
+        "Action": action,
+        "Actor": {"ID": "4f2c" * 16, "Attributes": {"name": name, **attributes}},
+    }
+
+
+@pytest.mark.parametrize(
+    ("sent", "killed"),
+    [
+        (event("kill", signal="9"), True),  # Docker: one kill event per signal it sends
+        (event("kill", signal="SIGKILL"), True),
+        (event("kill", signal="15"), False),  # the SIGTERM that comes first
+        (event("die", exitCode="137"), True),  # 128 + 9
+        (event("died", containerExitCode="137"), True),  # podman's compat events
+        (event("die", exitCode="143"), False),  # ended by SIGTERM
+        (event("die", exitCode="0"), False),
+        (event("kill", name="other", signal="9"), False),  # another container
+        ({**event("kill", signal="9"), "Type": "network"}, False),
+        ({"Type": "container", "Action": "kill"}, False),
+        ("not an event", False),
+    ],
+)
+def test_which_engine_events_mean_it_had_to_kill(sent: object, killed: bool) -> None:
+    """Only a SIGKILL of the named container (a kill with signal 9, or an exit code of 137)."""
+    assert docker_event_is_a_kill(sent, "vllm-a") is killed
+
+
+def test_a_container_named_by_its_id_is_matched_by_id() -> None:
+    """A container given by its full or short (12+) id matches the event's Actor.ID."""
+    sent = event("kill", name="vllm-a", signal="9")
+    assert docker_event_is_a_kill(sent, "4f2c" * 16)
+    assert docker_event_is_a_kill(sent, "4f2c4f2c4f2c")
+    assert not docker_event_is_a_kill(sent, "4f2c")  # too short to be an id
