@@ -15,13 +15,22 @@ import pytest
 
 from stallwatch.restarter.actions import run_argv
 from tests.component.test_restarter_actions import fake_docker, short_tmp_dir
+from tests.docker_fake import fake_docker_engine
 from tests.wedged import kill_group, start_wedged, wedged_argv
 
 ACTIONS = Path(__file__).resolve().parents[2] / "examples" / "actions"
 
 
-def fake_systemctl(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, exit_code: int) -> Path:
-    """A `systemctl` first on the PATH that records its arguments; returns the record file."""
+# What `systemctl show -p TimeoutStopUSec -p KillMode -p SendSIGKILL` prints for
+# examples/systemd/vllm@.service.
+SHOW = "TimeoutStopUSec=30s\nKillMode=control-group\nSendSIGKILL=yes"
+
+
+def fake_systemctl(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, exit_code: int, *, journal: str = ""
+) -> Path:
+    """A `systemctl` first on the PATH that records its arguments, and a `journalctl` that
+    prints `journal` as the unit's log; returns the record file."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     record = tmp_path / "calls"
@@ -30,9 +39,13 @@ def fake_systemctl(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, exit_code: i
         f"#!{sys.executable}\n"
         "import json, sys\n"
         f"with open({str(record)!r}, 'a') as f: f.write(json.dumps(sys.argv[1:]) + '\\n')\n"
-        f"print('active')\nsys.exit({exit_code} if 'restart' in sys.argv else 0)\n"
+        f"print({SHOW!r} if 'show' in sys.argv else 'active')\n"
+        f"sys.exit({exit_code} if 'restart' in sys.argv else 0)\n"
     )
     program.chmod(0o755)
+    journalctl = bin_dir / "journalctl"
+    journalctl.write_text(f"#!{sys.executable}\nprint({journal!r})\n")
+    journalctl.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     return record
 
@@ -45,7 +58,11 @@ async def test_systemd_script_restarts_the_unit(
     script = str(ACTIONS / "restart-systemd-unit.sh")
     succeeded, detail = await run_argv([script, "vllm@gpu1.service"], "gpu1")
     assert succeeded, detail
-    assert "restarted vllm@gpu1.service (active)" in detail
+    assert (
+        "restarted vllm@gpu1.service (active); its stop: SIGTERM to the control-group, "
+        "SIGKILL after 30s"
+    ) in detail
+    assert "ignored SIGTERM" not in detail
     succeeded, _ = await run_argv([script, "--user", "vllm.service"], "gpu1")
     assert succeeded
     calls = [json.loads(line) for line in record.read_text().splitlines()]
@@ -54,6 +71,22 @@ async def test_systemd_script_restarts_the_unit(
     succeeded, detail = await run_argv([script, "--now"], "gpu1")
     assert not succeeded
     assert "exited 64" in detail
+
+
+async def test_systemd_script_says_when_systemd_had_to_kill(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When the unit's journal shows the stop timed out into SIGKILL, the output says so."""
+    fake_systemctl(
+        tmp_path,
+        monkeypatch,
+        0,
+        journal="Stopping vLLM server gpu1...\nState 'stop-sigterm' timed out. Killing.",
+    )
+    script = str(ACTIONS / "restart-systemd-unit.sh")
+    succeeded, detail = await run_argv([script, "vllm@gpu1.service"], "gpu1")
+    assert succeeded, detail
+    assert "restarted vllm@gpu1.service (active): it ignored SIGTERM: SIGKILL after 30s" in detail
 
 
 async def test_systemd_script_fails_when_systemctl_fails(
@@ -83,6 +116,30 @@ async def test_docker_script_restarts_through_the_engine_socket(
             assert "docker answered 404" in detail
             assert "No such container: vllm-gone" in detail
     assert seen == ["/containers/vllm-a/restart?t=20", "/containers/vllm-gone/restart?t=30"]
+
+
+async def test_docker_script_says_when_the_engine_had_to_kill(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """restart-docker-container.sh: a container whose server ignores SIGTERM is SIGKILLed after
+    STOP_TIMEOUT by the engine, and the output says so; one that stops on SIGTERM is not."""
+    script = str(ACTIONS / "restart-docker-container.sh")
+    with short_tmp_dir() as short:
+        socket_path = short / "docker.sock"
+        monkeypatch.setenv("DOCKER_SOCKET", str(socket_path))
+        containers = {
+            "wedged": (wedged_argv(), tmp_path / "wedged.log"),
+            "healthy": (wedged_argv(graceful=True), tmp_path / "healthy.log"),
+        }
+        async with fake_docker_engine(socket_path, containers) as engine:
+            succeeded, wedged = await run_argv([script, "wedged", "1"], "gpu1")
+            assert succeeded, wedged
+            succeeded, healthy = await run_argv([script, "healthy", "1"], "gpu2")
+            assert succeeded, healthy
+            assert engine.containers["wedged"].starts == 2
+    assert "restarted container wedged: it ignored SIGTERM: SIGKILL after 1 s" in wedged
+    assert "restarted container healthy (SIGKILL after 1 s if SIGTERM did not stop it)" in healthy
+    assert "ignored SIGTERM" not in healthy
 
 
 async def test_docker_script_refuses_a_name_that_is_not_a_container_name() -> None:
