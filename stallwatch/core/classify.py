@@ -191,6 +191,27 @@ def _without_progress(
     return State.STALLED, "work present and no progress signal moved", False
 
 
+def idle_unproven(
+    previous: EngineSample | None, current: EngineSample, inflight: float | None
+) -> str:
+    """Why work gauges of 0 with nothing moved do not prove this engine idle; empty when they do.
+
+    A test request may only go to an engine proven idle. Gauges that lag the work by whole
+    requests (the profile's `idle_unprovable`) never prove it; nor do gauges that lag while
+    the engine's fresh count of requests in flight at the HTTP layer is above 0, unless its
+    idle-loop counter moved (the engine loop turns without a batch: the engine is idle).
+    """
+    profile = current.profile
+    if profile.idle_unprovable:
+        return profile.idle_unprovable
+    if profile.inflight is None or inflight is None or inflight <= 0:
+        return ""
+    if previous is not None and _moved(previous.idle_loop, current.idle_loop):
+        return ""
+    lag = profile.work_gauge_lag or "the work gauges lag the work"
+    return f"{inflight:g} generation request(s) in flight at the HTTP layer ({lag})"
+
+
 def classify_engine(
     previous: EngineSample | None,
     current: EngineSample,
@@ -213,6 +234,9 @@ def classify_engine(
     if previous is None:
         if has_work:
             return verdict(State.UNKNOWN, "first read with work: nothing to compare with yet")
+        unproven = idle_unproven(None, current, inflight)
+        if unproven:
+            return verdict(State.UNKNOWN, f"no work reported on the first read, but {unproven}")
         return verdict(State.IDLE, "no work on the first read", probe_needed=True)
     moved = _progress_signals(previous, current)
     completed = _moved(previous.requests_completed, current.requests_completed)
@@ -233,6 +257,10 @@ def classify_engine(
             progressed=True,
             completed=completed,
         )
+    unproven = idle_unproven(previous, current, inflight)
+    if unproven:
+        reason = f"no work reported and nothing moved, but {unproven}: no test request"
+        return verdict(State.UNKNOWN, reason)
     return verdict(State.IDLE, "no work and nothing completed", probe_needed=True)
 
 
@@ -264,11 +292,19 @@ def classify(previous: Reading | None, current: Reading) -> Verdict:
         evidence = restart_evidence(previous, current)
         if evidence is not None:
             has_work = (running or 0.0) + (waiting or 0.0) > 0
+            unproven = [
+                why
+                for engine in current.engines
+                if (why := idle_unproven(None, engine, current.inflight_requests))
+            ]
+            reason = f"new process: {evidence}"
+            if unproven and not has_work:
+                reason = f"{reason}; no test request: {unproven[0]}"
             return Verdict(
                 State.RESTARTED,
-                f"new process: {evidence}",
+                reason,
                 restart_detected=True,
-                probe_needed=not has_work,
+                probe_needed=not has_work and not unproven,
                 running=running,
                 waiting=waiting,
             )

@@ -358,6 +358,22 @@ def _engine_sample(kind: str, key: tuple[str, str], found: Mapping[str, float]) 
     )
 
 
+# A baseline older than this many poll intervals means a poll since gave no reading.
+FRESH_BASELINE_INTERVALS = 1.5
+
+
+def known_engine(baseline: Reading | None, now: float, interval: float) -> str | None:
+    """The engine `kind: auto` may read again without asking `/v1/models` first: the one the
+    previous poll read, when that poll gave a reading; None when it must identify again (no
+    reading yet, no engine in it, or a failed read since: the process may have changed)."""
+    if baseline is None or baseline.engine_kind is None:
+        return None
+    age = now - baseline.taken_at
+    if not 0.0 <= age <= interval * FRESH_BASELINE_INTERVALS:
+        return None
+    return baseline.engine_kind
+
+
 def with_start_marker(reading: Reading, marker: str | None) -> Reading:
     """Attach a process start marker taken from a response header."""
     return replace(reading, start_marker=marker)

@@ -164,7 +164,10 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         "--kind",
         default=AUTO,
         choices=TARGET_KINDS,
-        help="the server's engine, or auto to recognise it from its metrics (default auto)",
+        help=(
+            "the server's engine, or auto to identify it from /v1/models, then its metrics "
+            "(default auto)"
+        ),
     )
     parser.set_defaults(handler=run)
 

@@ -1,8 +1,9 @@
 """The exporter's only network I/O: read `/metrics`, ask `/v1/models`, send the idle test request.
 
-Every endpoint called here is one the target's engine profile marks safe: `/metrics`,
-`/v1/models`, the profile's sleep check (llama.cpp `/props`, LMDeploy `/health`) and its idle
-test request; never a generation-backed health check, never llama.cpp's `/slots`.
+Every endpoint called here is one the target's engine profile marks safe: `/v1/models` (which
+`kind: auto` asks first, to identify the engine), its metrics path, the profile's sleep check
+(llama.cpp `/props`, LMDeploy `/health`) and its idle test request; never a generation-backed
+health check, never llama.cpp's `/slots`, never trtllm-serve's destructive `/metrics`.
 
 Each function takes the process's one `aiohttp.ClientSession`, has a timeout and a body-size
 cap, and returns a result object instead of raising for the failures a server can produce.
@@ -19,7 +20,7 @@ import aiohttp
 
 from stallwatch import USER_AGENT
 from stallwatch.common.exporter_config import ProbeEndpoint
-from stallwatch.core.engines import AUTO, PROFILES
+from stallwatch.core.engines import AUTO, PROFILES, model_owners
 from stallwatch.core.engines.llamacpp import START_HEADER
 from stallwatch.core.reading import Reading, parse_reading, with_start_marker
 
@@ -122,20 +123,60 @@ async def read_metrics(
     return ReadResult(reading)
 
 
-async def models_answer(session: aiohttp.ClientSession, base_url: str, *, timeout: float) -> bool:
-    """Whether `GET /v1/models` answers 200 with a model list (touches no engine)."""
+@dataclass(frozen=True)
+class ModelsAnswer:
+    """What `GET /v1/models` said: its status and the cards' `owned_by`, or why it said nothing.
+
+    `error_reason` is `connection` (not connected within half the timeout, refused, reset) or
+    `timeout` (connected, no answer in time): the server is down or hung, and nothing else is
+    read. Any answer, whatever its status, is an answer.
+    """
+
+    status: int | None = None
+    owners: tuple[str, ...] = ()
+    listed: bool = False  # 200 with a model list
+    error_reason: Literal["timeout", "connection"] | None = None
+    detail: str = ""
+
+
+async def ask_models(
+    session: aiohttp.ClientSession, base_url: str, *, timeout: float
+) -> ModelsAnswer:
+    """`GET /v1/models` (API server only on every engine; it takes no slot)."""
     try:
         async with session.get(
             join_url(base_url, "/v1/models"),
             headers=default_headers(),
-            timeout=aiohttp.ClientTimeout(total=timeout),
+            timeout=aiohttp.ClientTimeout(
+                total=timeout, connect=timeout * CONNECT_SHARE_OF_TIMEOUT
+            ),
+            allow_redirects=False,
         ) as response:
-            if response.status != 200:
-                return False
-            body = await _read_body(response, 1024 * 1024)
-    except (TimeoutError, aiohttp.ClientError):
-        return False
-    return body is not None and b'"data"' in body
+            status = response.status
+            body = await _read_body(response, 1024 * 1024) if status == 200 else None
+    except aiohttp.ConnectionTimeoutError:
+        connect = timeout * CONNECT_SHARE_OF_TIMEOUT
+        return ModelsAnswer(error_reason="connection", detail=f"not connected within {connect:g} s")
+    except TimeoutError:
+        return ModelsAnswer(
+            error_reason="timeout", detail=f"connected, no answer within {timeout:g} s"
+        )
+    except aiohttp.ClientError as error:
+        return ModelsAnswer(error_reason="connection", detail=f"{type(error).__name__}: {error}")
+    if body is None:
+        return ModelsAnswer(status=status, detail=f"HTTP {status}")
+    try:
+        owners = model_owners(json.loads(body))
+    except ValueError:
+        owners = None
+    return ModelsAnswer(
+        status=status, owners=owners or (), listed=owners is not None, detail=f"HTTP {status}"
+    )
+
+
+async def models_answer(session: aiohttp.ClientSession, base_url: str, *, timeout: float) -> bool:
+    """Whether `GET /v1/models` answers 200 with a model list (touches no engine)."""
+    return (await ask_models(session, base_url, timeout=timeout)).listed
 
 
 def probe_request(

@@ -1,4 +1,10 @@
-"""One poll of one target: read, classify, and send the idle test request only when due."""
+"""One poll of one target: identify it (`kind: auto`), read, classify, and send the idle test
+request only when due.
+
+`kind: auto` asks `GET /v1/models` (safe on every engine) before it reads any metrics path,
+whenever the previous poll gave no reading of a known engine: its cards' `owned_by` name the
+engine, and a path that engine's profile marks unsafe (trtllm-serve's `/metrics`) is never read.
+"""
 
 from __future__ import annotations
 
@@ -8,14 +14,18 @@ import aiohttp
 
 from stallwatch.common.exporter_config import TargetConfig
 from stallwatch.core.classify import State, Verdict, classify, down, hung, with_probe_result
+from stallwatch.core.engines import AUTO, auto_metrics_path, identify
 from stallwatch.core.history import PollOutcome
 from stallwatch.core.probe import probe_deferred, probe_due, settle_probe
-from stallwatch.core.reading import Reading
+from stallwatch.core.reading import Reading, known_engine
 from stallwatch.exporter.fetch import (
     NO_METRICS_STATUSES,
+    ModelsAnswer,
     ReadResult,
     allows_test_request,
+    ask_models,
     engine_sleeps,
+    join_url,
     models_answer,
     read_metrics,
     send_probe,
@@ -78,23 +88,40 @@ async def poll_once(
             verdict, None, error_reason="connection" if verdict.state == "down" else None
         )
 
+    metrics_url = target.metrics_url
+    models: ModelsAnswer | None = None
+    if target.kind == AUTO:
+        engine = known_engine(baseline, started_at, target.interval_seconds)
+        if engine is None:
+            models = await ask_models(session, target.url, timeout=target.timeout_seconds)
+            if models.error_reason == "timeout":
+                return outcome(hung(f"/v1/models: {models.detail}"), None, error_reason="timeout")
+            if models.error_reason is not None:
+                verdict = down(f"/v1/models: {models.detail}")
+                return outcome(verdict, None, error_reason=models.error_reason)
+            engine = identify(models.status, models.owners)
+        metrics_url = join_url(target.url, auto_metrics_path(engine, target.metrics_path))
+
+    async def models_listed() -> bool:
+        if models is not None:
+            return models.listed
+        return await models_answer(session, target.url, timeout=target.timeout_seconds)
+
     read = await read_metrics(
         session,
-        target.metrics_url,
+        metrics_url,
         timeout=target.timeout_seconds,
         max_bytes=max_payload_bytes,
         kind=target.kind,
     )
-    if read.status in NO_METRICS_STATUSES and await models_answer(
-        session, target.url, timeout=target.timeout_seconds
-    ):
+    if read.status in NO_METRICS_STATUSES and await models_listed():
         reason = f"reachable, but no metrics (/metrics: {read.detail}); never restarted"
         return outcome(Verdict(State.NO_METRICS, reason), None)
     if read.reading is None:
         return outcome(unread_verdict(read), None, error_reason=read.error_reason)
     reading = read.reading
     if not reading.has_engines:
-        if await models_answer(session, target.url, timeout=target.timeout_seconds):
+        if await models_listed():
             verdict = classify(baseline, reading)
         else:
             verdict = down("no engine series in /metrics and /v1/models did not answer")
@@ -144,7 +171,7 @@ async def poll_once(
     if not probe.succeeded:
         again = await read_metrics(
             session,
-            target.metrics_url,
+            metrics_url,
             timeout=target.timeout_seconds,
             max_bytes=max_payload_bytes,
             kind=target.kind,

@@ -142,13 +142,16 @@ def parse_generation(
     )
 
 
-def model_list(model: str, max_model_len: int, created: int) -> dict[str, Any]:
-    """The `/v1/models` body: one model card, as vLLM lists the model it serves."""
+def model_list(
+    model: str, max_model_len: int, created: int, owned_by: str = "vllm"
+) -> dict[str, Any]:
+    """The `/v1/models` body: one model card, as vLLM lists the model it serves (`owned_by`
+    says which engine's face answers; every engine's card carries one)."""
     card = {
         "id": model,
         "object": "model",
         "created": created,
-        "owned_by": "vllm",
+        "owned_by": owned_by,
         "root": model,
         "parent": None,
         "max_model_len": max_model_len,

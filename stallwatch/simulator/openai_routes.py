@@ -34,13 +34,17 @@ class OpenAiRoutes:
         self._rng = random.Random(server.config.seed)
 
     def add_routes(self, router: web.UrlDispatcher) -> None:
-        router.add_get("/v1/models", self.handle_models)
+        flavour = self.server.flavour
+        if flavour is None or flavour.serves_models:
+            router.add_get("/v1/models", self.handle_models)
         router.add_post("/v1/completions", self.handle_completions)
         router.add_post("/v1/chat/completions", self.handle_chat_completions)
 
     async def handle_models(self, request: web.Request) -> web.Response:
         config = self.server.config
-        body = model_list(config.model, config.max_model_len, int(self.server.clock()))
+        flavour = self.server.flavour
+        owner = "vllm" if flavour is None else flavour.models_owner or config.model
+        body = model_list(config.model, config.max_model_len, int(self.server.clock()), owner)
         return web.json_response(body)
 
     async def handle_completions(self, request: web.Request) -> web.StreamResponse:

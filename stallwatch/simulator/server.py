@@ -76,6 +76,9 @@ class SimServer:
         self.port = 0
         self.crashed = asyncio.Event()
         self.completions_by_user_agent: Counter[str] = Counter()
+        # Every request but the simulator's own `/sim/`, by "METHOD /path", kept across reboots:
+        # what a test asserts was never called.
+        self.requests_by_path: Counter[str] = Counter()
         self.requests_total = 0
         self.fault: str | None = None
         self.hung = False
@@ -252,6 +255,7 @@ class SimServer:
     ) -> web.StreamResponse:
         """Under `api_hang`, every endpoint but the simulator's own `/sim/` never answers."""
         if not request.path.startswith("/sim/"):
+            self.requests_by_path[f"{request.method} {request.path}"] += 1
             await self.api_answers.wait()
         response: web.StreamResponse = await handler(request)
         return response
@@ -298,6 +302,7 @@ class SimServer:
         return {
             "engine": self.config.engine,
             "completions_by_user_agent": dict(self.completions_by_user_agent),
+            "requests_by_path": dict(self.requests_by_path),
             "requests_total": self.requests_total,
             "in_flight": len(self._in_flight),
             "running": sum(len(e.running) for e in self.engines),

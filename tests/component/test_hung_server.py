@@ -151,7 +151,8 @@ async def test_the_check_command_exits_one_on_a_silent_server() -> None:
     async with silent_server() as (_silent, url):
         completed = await asyncio.to_thread(run_check_command, url)
     assert completed.returncode == EXIT_STUCK, completed.stdout + completed.stderr
-    assert completed.stdout.startswith("STUCK: /metrics: connected, no answer"), completed.stdout
+    # `kind: auto` asks /v1/models first, to identify the engine: that is the read that hangs.
+    assert completed.stdout.startswith("STUCK: /v1/models: connected, no answer"), completed.stdout
 
 
 async def scrape(url: str) -> dict[tuple[str, str], float]:

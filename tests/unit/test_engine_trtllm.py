@@ -26,7 +26,13 @@ CASES = [
         reason="only when a request completes",
     ),
     Case("a stuck server reads unknown, never stalled", BUSY_2, BUSY_2, State.UNKNOWN, gap=900.0),
-    Case("idle: the test request decides", IDLE, IDLE, State.IDLE, probe_needed=True),
+    Case(
+        "gauges 0, nothing moved: idle unprovable, unknown, no test request",
+        IDLE,
+        IDLE,
+        State.UNKNOWN,
+        reason="idle is unprovable",
+    ),
     Case(
         "restart: a counter went down (multiprocess, no start time)",
         BUSY_2,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 
 from stallwatch.core.engines import llamacpp, lmdeploy, ollama, sglang, tgi, triton, trtllm, vllm
@@ -47,6 +47,46 @@ def default_metrics_path(kind: str) -> str:
     return profile.metrics_path if profile is not None else DEFAULT_METRICS_PATH
 
 
+def model_owners(document: object) -> tuple[str, ...] | None:
+    """The `owned_by` strings of a `/v1/models` document's cards; None when it is no model
+    list (an object with a `data` list)."""
+    cards = document.get("data") if isinstance(document, dict) else None
+    if not isinstance(cards, list):
+        return None
+    return tuple(
+        owner
+        for card in cards
+        if isinstance(card, dict) and isinstance(owner := card.get("owned_by"), str)
+    )
+
+
+def identify(status: int | None, owners: Iterable[str]) -> str | None:
+    """The engine a `GET /v1/models` answer names in its cards' `owned_by`; None when the
+    answer names none of them (another status, no list, an owner no profile claims).
+
+    `kind: auto` asks this before it reads any engine-specific path: every engine whose usual
+    metrics path is unsafe names itself there (a unit test holds the profiles to it), so an
+    answer that names no engine is safe to follow with the configured metrics path.
+    """
+    if status != 200:
+        return None
+    for owner in owners:
+        for kind, profile in PROFILES.items():
+            if owner in profile.owned_by:
+                return kind
+    return None
+
+
+def auto_metrics_path(engine: str | None, configured: str) -> str:
+    """Where `kind: auto` reads the metrics of a target identified as `engine`: the configured
+    path, unless that engine's profile marks it unsafe (trtllm-serve's destructive `/metrics`),
+    then the profile's own metrics path."""
+    profile = PROFILES.get(engine or "")
+    if profile is not None and configured in profile.unsafe_paths:
+        return profile.metrics_path
+    return configured
+
+
 __all__ = [
     "AUTO",
     "ENGINE_KINDS",
@@ -57,6 +97,9 @@ __all__ = [
     "Endpoint",
     "EngineProfile",
     "Series",
+    "auto_metrics_path",
     "default_metrics_path",
+    "identify",
+    "model_owners",
     "profile_for",
 ]

@@ -35,6 +35,8 @@ PROFILE = EngineProfile(
     model_label="",
     stall_evidence=("steps",),
     significant_digits=6,
+    # tools/server (b10434): every `/v1/models` card says `"owned_by": "llamacpp"`.
+    owned_by=frozenset({"llamacpp"}),
     test_paths=OPENAI_TEST_PATHS | {"/completion"},
     sleep_check=SleepCheck("/props", "is_sleeping"),
     safe_endpoints=(

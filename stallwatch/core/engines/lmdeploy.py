@@ -40,6 +40,8 @@ PROFILE = EngineProfile(
     work_gauge_lag_seconds=10.0,
     work_gauge_lag="LMDeploy's work gauges are refreshed every 10 s",
     test_paths=OPENAI_TEST_PATHS,
+    # lmdeploy/serve/openai/protocol.py (0.18.0): `ModelCard.owned_by = 'lmdeploy'`.
+    owned_by=frozenset({"lmdeploy"}),
     sleep_check=SleepCheck("/health", "status", equals="sleeping"),
     safe_endpoints=(
         Endpoint("GET", "/metrics", "read-only"),

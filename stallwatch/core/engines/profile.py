@@ -3,7 +3,8 @@
 A profile is data. `stallwatch.core.reading` turns a payload into samples with it, the decision
 table reads the sample's common fields and the few facts a profile states about its engine
 (stale work gauges, counters printed at reduced precision, counters that move only at the end of
-a request), and the exporter calls only the endpoints a profile marks safe.
+a request, work gauges that can never prove idleness), and the exporter calls only the endpoints
+a profile marks safe.
 """
 
 from __future__ import annotations
@@ -107,6 +108,9 @@ class EngineProfile:
     # Seconds the work gauges can lag behind the engine; 0 when they are read live.
     work_gauge_lag_seconds: float = 0.0
     work_gauge_lag: str = ""
+    # Non-empty: work gauges of 0 with nothing moved never prove this engine idle (the gauges
+    # lag the work by whole requests), so no test request is ever sent on them; this says why.
+    idle_unprovable: str = ""
     # Digits the engine prints its numbers with; counters at or above 10**digits lose increments.
     significant_digits: int | None = None
     # Where the engine publishes no start time, a counter that vanishes also marks a new process.
@@ -119,6 +123,9 @@ class EngineProfile:
     unsafe_endpoints: tuple[Endpoint, ...] = ()
     flat_while_legit: str = ""
     restart_signal: str = ""
+    # The `owned_by` its `GET /v1/models` cards carry, which identify it in `kind: auto` before
+    # any engine-specific path is read; empty: it names nothing of its own there.
+    owned_by: frozenset[str] = frozenset()
     # Family names by role, for reasons and for the counters the decision compares.
     role_names: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
@@ -140,6 +147,10 @@ class EngineProfile:
     @property
     def safe_paths(self) -> frozenset[str]:
         return frozenset(endpoint.path for endpoint in self.safe_endpoints)
+
+    @property
+    def unsafe_paths(self) -> frozenset[str]:
+        return frozenset(endpoint.path for endpoint in self.unsafe_endpoints)
 
 
 def series(table: Mapping[str, Series | tuple[Series, ...]]) -> Mapping[str, tuple[Series, ...]]:

@@ -66,6 +66,8 @@ PROFILE = EngineProfile(
     counters_vanish_on_restart=True,
     inflight=InflightSeries("sglang:http_requests_active", "endpoint", _NOT_WORK),
     test_paths=OPENAI_TEST_PATHS,
+    # sglang/srt/entrypoints/openai/protocol.py (0.5.23): `ModelCard.owned_by = "sglang"`.
+    owned_by=frozenset({"sglang"}),
     safe_endpoints=(
         Endpoint("GET", "/metrics", "read-only (multiprocess registry)"),
         Endpoint("GET", "/ping", "flag only: 200 while the server status is Up"),

@@ -3,7 +3,9 @@
 Read in NVIDIA/TensorRT-LLM `tensorrt_llm/metrics/collector.py` and `serve/openai_server.py`:
 the iteration stats behind every gauge are drained only when a request completes, the
 per-request counters move at completion, and `/prometheus/metrics` is multiprocess (no start
-time). Metrics alone cannot tell a long request from a stuck one: never `stalled`.
+time). Metrics alone cannot tell a long request from a stuck one: never `stalled`. Nor can they
+prove it idle: a server that goes from idle to busy keeps its gauges at 0 until the first of its
+new requests completes, so no test request is ever sent on them.
 """
 
 from __future__ import annotations
@@ -34,8 +36,16 @@ PROFILE = EngineProfile(
         "trtllm-serve's counters and gauges move only when a request completes: its metrics "
         "cannot tell a long request from a stuck one (read Triton's iteration counter instead)"
     ),
+    idle_unprovable=(
+        "trtllm-serve's work gauges lag its work: they are drained from the iteration stats only "
+        "when a request completes, so 0 running and 0 waiting with nothing moved can be a busy "
+        "server; idle is unprovable from its metrics"
+    ),
     counters_vanish_on_restart=True,
     test_paths=OPENAI_TEST_PATHS,
+    # tensorrt_llm/serve/openai_protocol.py (0076e93): `ModelCard.owned_by = "tensorrt_llm"`;
+    # openai_server.py (0005772) `get_model` lists `ModelCard(id=self.model)`, with no auth.
+    owned_by=frozenset({"tensorrt_llm"}),
     safe_endpoints=(
         Endpoint("GET", "/prometheus/metrics", "read-only (needs return_perf_metrics)"),
         Endpoint("GET", "/health", "an executor-state flag"),

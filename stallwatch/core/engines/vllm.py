@@ -31,6 +31,8 @@ PROFILE = EngineProfile(
     engine_labels=("engine",),
     stall_evidence=("steps", "generation_tokens"),
     test_paths=OPENAI_TEST_PATHS,
+    # vllm/entrypoints/openai/protocol.py (0.32, 0.33): `ModelCard.owned_by = "vllm"`.
+    owned_by=frozenset({"vllm"}),
     safe_endpoints=(
         Endpoint("GET", "/metrics", "read-only; no engine involvement"),
         Endpoint("GET", "/v1/models", "API server only"),

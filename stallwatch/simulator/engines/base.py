@@ -101,6 +101,10 @@ class Flavour:
 
     name: ClassVar[str] = ""
     metrics_path: ClassVar[str] = "/metrics"
+    # The `owned_by` of its `/v1/models` cards; empty: the model's own name (TGI does that).
+    models_owner: ClassVar[str] = ""
+    # False: no `/v1/models` at all (Triton's metrics port serves only `/metrics`).
+    serves_models: ClassVar[bool] = True
 
     def __init__(self, server: SimServer) -> None:
         self.server = server

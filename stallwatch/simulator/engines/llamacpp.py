@@ -82,6 +82,7 @@ class LlamaCppFlavour(Flavour):
     """A simulated `llama-server --metrics -np N` (N = `max_num_seqs`)."""
 
     name = "llamacpp"
+    models_owner = "llamacpp"  # tools/server: every /v1/models card
 
     def reset(self, now: float) -> None:
         super().reset(now)

@@ -62,6 +62,7 @@ class LmdeployFlavour(Flavour):
     """A simulated `lmdeploy serve api_server --enable-metrics` (one engine, DP rank 0)."""
 
     name = "lmdeploy"
+    models_owner = "lmdeploy"  # lmdeploy/serve/openai/protocol.py ModelCard
 
     def reset(self, now: float) -> None:
         super().reset(now)

@@ -74,6 +74,7 @@ class SglangFlavour(Flavour):
     """A simulated `sglang.launch_server --enable-metrics` (one scheduler, TP 1)."""
 
     name = "sglang"
+    models_owner = "sglang"  # sglang/srt/entrypoints/openai/protocol.py ModelCard
 
     def reset(self, now: float) -> None:
         super().reset(now)

@@ -46,6 +46,7 @@ class TgiFlavour(Flavour):
     """A simulated `text-generation-launcher` (one shard, chunked prefill)."""
 
     name = "tgi"
+    models_owner = ""  # router/src/server.rs: `owned_by` is the model id
 
     def reset(self, now: float) -> None:
         super().reset(now)

@@ -51,6 +51,7 @@ class TrtllmFlavour(Flavour):
 
     name = "trtllm"
     metrics_path = "/prometheus/metrics"
+    models_owner = "tensorrt_llm"  # tensorrt_llm/serve/openai_protocol.py ModelCard
 
     def reset(self, now: float) -> None:
         super().reset(now)
@@ -168,6 +169,7 @@ class TritonFlavour(Flavour):
     """A simulated Triton Inference Server serving the `tensorrt_llm` model (inflight batcher)."""
 
     name = "triton"
+    serves_models = False  # the metrics port (8002) serves only /metrics
 
     def reset(self, now: float) -> None:
         super().reset(now)

@@ -1,0 +1,108 @@
+"""The exporter and `stallwatch check` against every simulated engine: `kind: auto` identifies
+the engine before it reads an engine-specific path and never calls an endpoint the engine's
+profile marks unsafe; a trtllm-serve whose stale gauges read 0 gets no test request."""
+
+from __future__ import annotations
+
+import asyncio
+
+import aiohttp
+import pytest
+
+from stallwatch import USER_AGENT
+from stallwatch.common.exporter_config import ProbeConfig
+from stallwatch.core.classify import State
+from stallwatch.core.engines import PROFILES
+from stallwatch.exporter.check_cli import run_check
+from stallwatch.simulator.engines import ENGINES
+from stallwatch.simulator.load import run_load
+from stallwatch.simulator.testing import running_simulator
+from tests.component.exporter_support import (
+    exporter_for,
+    history,
+    record_histories,
+    scrape,
+    target,
+    wait_until,
+)
+
+NAME = "engine"
+# A test request on every idle poll (no min_interval): the fix, not the schedule, must hold it.
+EVERY_POLL = ProbeConfig(timeout_seconds=0.5, min_interval_seconds=0.0)
+IDENTIFY = "GET /v1/models"
+FIRST_REQUEST = {"model": "tiny", "prompt": "the of and", "max_tokens": 2}
+
+
+def _calls(endpoints: object) -> set[str]:
+    return {f"{e.method} {e.path}" for e in endpoints}  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+async def test_auto_mode_never_calls_an_endpoint_the_engine_marks_unsafe(engine: str) -> None:
+    """In auto mode the exporter and check call only `/v1/models` and the engine's safe paths."""
+    profile = PROFILES[engine]
+    async with running_simulator(engine=engine) as sim:
+        # One finished request first: TGI publishes no series before its first request.
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(sim.url + "/v1/completions", json=FIRST_REQUEST) as response,
+        ):
+            assert response.status == 200
+        sim.server.requests_by_path.clear()
+        async with exporter_for(target(NAME, sim.url, probe=EVERY_POLL)) as (service, _):
+            polls = await record_histories(service, NAME, until=lambda h: h.polls >= 4, timeout=20)
+        check = await run_check(target("check", sim.url, probe=EVERY_POLL))
+        called = set(sim.server.requests_by_path)
+    print(f"{engine}: {dict(sim.server.requests_by_path)}; check {check.as_json()['state']}")
+    assert not called & _calls(profile.unsafe_endpoints), called
+    assert called <= _calls(profile.safe_endpoints) | {IDENTIFY}, called
+    assert IDENTIFY in called  # identified before any metrics path was read
+    baseline = polls[-1].baseline
+    assert baseline is not None
+    assert baseline.engine_kind == engine
+    assert check.as_json()["engine"] == engine
+
+
+@pytest.mark.parametrize("kind", ["trtllm", "auto"])
+async def test_trtllm_going_from_idle_to_busy_with_gauges_at_zero_gets_no_test_request(
+    kind: str,
+) -> None:
+    """Idle, then three long requests whose gauges stay 0: no test request, counter flat."""
+    metrics_path = {"metrics_path": "/prometheus/metrics"} if kind == "trtllm" else {}
+    config = target(NAME, "", kind=kind, probe=EVERY_POLL, **metrics_path)
+    # 1 900 tokens at 20 tokens/s: no request completes while the test watches.
+    async with running_simulator(engine="trtllm", max_num_seqs=4, tokens_per_second=20) as sim:
+        watched = config.__class__(**{**config.__dict__, "url": sim.url})
+        async with exporter_for(watched) as (service, url):
+            idle = await record_histories(service, NAME, until=lambda h: h.polls >= 3, timeout=20)
+            before = await scrape(url)
+            load = asyncio.create_task(
+                run_load(sim.url, concurrency=3, prompt_tokens=10, max_tokens=1_900, duration=60)
+            )
+            try:
+                await wait_until(lambda: sim.stats()["running"] == 3, what="three in flight")
+                start = history(service, NAME).polls
+                busy = await record_histories(
+                    service, NAME, until=lambda h: h.polls >= start + 4, timeout=20
+                )
+                after = await scrape(url)
+                check = await run_check(
+                    target("check", sim.url, kind=kind, probe=EVERY_POLL, **metrics_path)
+                )
+                payload = sim.server.flavour.render().body  # type: ignore[union-attr]
+            finally:
+                load.cancel()
+                await asyncio.gather(load, return_exceptions=True)
+    probes = ("stallwatch_probe_requests_total", (("target", NAME),))
+    states = [(h.state, h.verdict.reason if h.verdict else "") for h in (*idle, *busy)]
+    print(states)
+    assert 'trtllm_num_requests_running{engine_type="undefined"' in payload
+    assert "} 0.0" in payload.split("trtllm_num_requests_running{", 1)[1].split("\n", 1)[0]
+    assert before[probes] == 0
+    assert after[probes] == 0
+    assert all(h.probe_requests == 0 for h in (*idle, *busy))
+    assert USER_AGENT not in sim.stats()["completions_by_user_agent"]
+    assert {state for state, _ in states} == {State.UNKNOWN}, states
+    assert all("idle is unprovable" in reason for _, reason in states[1:]), states
+    assert check.history.probe_requests == 0
+    assert check.as_json()["state"] == State.UNKNOWN

@@ -1,0 +1,102 @@
+"""Work gauges that lag the work never send a test request: trtllm-serve, and SGLang with a
+generation request in flight at its HTTP layer."""
+
+from __future__ import annotations
+
+import pytest
+
+from stallwatch.core.classify import State, classify
+from stallwatch.core.engines import PROFILES, profile_for
+from tests.unit.engine_support import payload, read, set_sample
+
+TRT_IDLE = payload("trtllm-idle.txt")
+TRT_BUSY_2 = payload("trtllm-busy-2.txt")
+TRT_SUCCESS = (
+    'trtllm_request_success_total{engine_type="undefined",model_name="undefined",'
+    'finished_reason="stop"}'
+)
+SG_IDLE = payload("sglang-0.5.23-idle.txt")
+SCHED = 'engine_type="unified",model_name="qwen",moe_ep_rank="0",pp_rank="0",tp_rank="0"'
+SG_IDLE_SECONDS = "sglang:scheduler_idle_seconds_total{" + SCHED + "}"
+SG_GENERATING = (
+    'sglang:http_requests_active{endpoint="/v1/chat/completions",method="POST",'
+    'engine_type="unified",model_name="qwen"}'
+)
+
+
+def test_trtllm_idle_to_busy_with_gauges_still_zero_sends_no_test_request() -> None:
+    """Idle, then three requests in flight that moved nothing: unknown, no test request."""
+    # The iteration stats behind the gauges are drained only at a completion: three new
+    # requests in flight leave the payload exactly as it was while idle.
+    verdict = classify(read(TRT_IDLE, 0.0), read(TRT_IDLE, 15.0))
+    assert verdict.state == State.UNKNOWN, verdict.reason
+    assert not verdict.probe_needed
+    assert "idle is unprovable" in verdict.reason
+
+
+def test_trtllm_first_read_without_work_sends_no_test_request() -> None:
+    """The first read of a trtllm-serve with gauges at 0 is unknown, never idle by a test."""
+    verdict = classify(None, read(TRT_IDLE, 0.0))
+    assert verdict.state == State.UNKNOWN, verdict.reason
+    assert not verdict.probe_needed
+
+
+def test_trtllm_restart_without_work_sends_no_test_request() -> None:
+    """A new trtllm-serve process shows its start-up gauges (0): restarted, no test request."""
+    restarted = set_sample(TRT_IDLE, TRT_SUCCESS, "1.0")
+    verdict = classify(read(TRT_IDLE, 0.0), read(restarted, 15.0))
+    assert verdict.state == State.RESTARTED
+    assert not verdict.probe_needed
+    assert "no test request" in verdict.reason
+
+
+def test_trtllm_requests_completed_with_no_work_is_idle_by_real_traffic() -> None:
+    """Completions with gauges at 0 are idle, proven by traffic, and ask for no test request."""
+    completed = set_sample(TRT_IDLE, TRT_SUCCESS, "19.0")
+    verdict = classify(read(TRT_IDLE, 0.0), read(completed, 15.0))
+    assert verdict.state == State.IDLE
+    assert verdict.progressed
+    assert not verdict.probe_needed
+
+
+def test_sglang_generation_in_flight_with_gauges_zero_sends_no_test_request() -> None:
+    """SGLang: gauges 0, nothing moved, one generation in flight at the HTTP layer: unknown."""
+    # A long prefill chunk: the log-point gauges are 0, no forward finished between the two
+    # reads, the idle loop did not turn, and the HTTP layer holds the request.
+    busy = set_sample(SG_IDLE, SG_GENERATING, "1.0")
+    verdict = classify(read(SG_IDLE, 0.0), read(busy, 15.0))
+    assert verdict.state == State.UNKNOWN, verdict.reason
+    assert not verdict.probe_needed
+    assert "in flight at the HTTP layer" in verdict.reason
+
+
+def test_sglang_in_flight_request_with_the_idle_loop_turning_lets_the_test_decide() -> None:
+    """SGLang: a request held at the HTTP layer while the scheduler idles: a test may decide."""
+    before = set_sample(SG_IDLE, SG_GENERATING, "1.0")
+    after = set_sample(before, SG_IDLE_SECONDS, "1826.204")
+    verdict = classify(read(before, 0.0), read(after, 15.0))
+    assert verdict.state == State.IDLE, verdict.reason
+    assert verdict.probe_needed
+
+
+def test_sglang_nothing_in_flight_and_gauges_zero_still_asks_for_the_test_request() -> None:
+    """SGLang: gauges 0 and no generation in flight: idle, the test request decides."""
+    verdict = classify(read(SG_IDLE, 0.0), read(SG_IDLE, 15.0))
+    assert verdict.state == State.IDLE
+    assert verdict.probe_needed
+
+
+@pytest.mark.parametrize("kind", sorted(PROFILES))
+def test_every_profile_says_whether_its_gauges_can_prove_idleness(kind: str) -> None:
+    """Only trtllm-serve is idle-unprovable by profile; SGLang covers its lag with fresh data."""
+    profile = profile_for(kind)
+    assert bool(profile.idle_unprovable) == (kind == "trtllm"), kind
+    if profile.work_gauge_lag_seconds and not profile.idle_unprovable and kind == "sglang":
+        assert profile.inflight is not None
+
+
+def test_a_busy_trtllm_that_moved_nothing_stays_unknown() -> None:
+    """Work reported (stale from the last completion) and nothing moved: unknown, no test."""
+    verdict = classify(read(TRT_BUSY_2, 0.0), read(TRT_BUSY_2, 15.0))
+    assert verdict.state == State.UNKNOWN
+    assert not verdict.probe_needed
