@@ -241,9 +241,17 @@ def classify_engine(
     moved = _progress_signals(previous, current)
     completed = _moved(previous.requests_completed, current.requests_completed)
     if has_work:
+        if (current.running or 0.0) + (current.waiting or 0.0) == 0:
+            names = current.profile.role_names
+            shown = f"{names['forwards_started']} - {names['steps']}"
+            work = f"a forward in flight ({shown}), the work gauges at 0"
+        else:
+            work = "work present"
         if moved:
-            return verdict(State.BUSY, "work present; moved: " + ", ".join(moved), progressed=True)
+            return verdict(State.BUSY, f"{work}; moved: " + ", ".join(moved), progressed=True)
         state, reason, probe = _without_progress(previous, current, elapsed, inflight)
+        if work != "work present":
+            reason = reason.replace("work present", work, 1)
         return verdict(state, reason, probe_needed=probe)
     lag = current.profile.work_gauge_lag
     live = [name for name in moved if current.role_of(name) != "requests_completed"]

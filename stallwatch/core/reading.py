@@ -62,6 +62,8 @@ class EngineSample:
     preemptions: float | None = None
     forward_tokens: float | None = None
     idle_loop: float | None = None
+    forwards_started: float | None = None
+    forwards_failed: float | None = None
     kind: str = "vllm"
 
     @property
@@ -73,9 +75,18 @@ class EngineSample:
         return profile_for(self.kind)
 
     @property
+    def forward_in_flight(self) -> float:
+        """Forwards begun and not yet ended, where the engine counts both ends of each (TGI)."""
+        if self.forwards_started is None or self.steps is None:
+            return 0.0
+        return max(0.0, self.forwards_started - self.steps - (self.forwards_failed or 0.0))
+
+    @property
     def work(self) -> float:
-        """Requests running plus waiting; an unknown gauge counts as no work."""
-        return (self.running or 0.0) + (self.waiting or 0.0)
+        """Requests running plus waiting, or a forward in flight where the engine shows one
+        that its gauges do not yet; an unknown gauge counts as no work."""
+        gauges = (self.running or 0.0) + (self.waiting or 0.0)
+        return gauges if gauges > 0 else self.forward_in_flight
 
     def counters(self) -> dict[str, float | None]:
         """The engine's progress counters by their exported family name."""
@@ -354,6 +365,8 @@ def _engine_sample(kind: str, key: tuple[str, str], found: Mapping[str, float]) 
         preemptions=get("preemptions"),
         forward_tokens=get("forward_tokens"),
         idle_loop=get("idle_loop"),
+        forwards_started=get("forwards_started"),
+        forwards_failed=get("forwards_failed"),
         kind=kind,
     )
 

@@ -1,5 +1,5 @@
-"""Work gauges that lag the work never send a test request: trtllm-serve, and SGLang with a
-generation request in flight at its HTTP layer."""
+"""Work gauges that lag the work never send a test request: trtllm-serve, SGLang with a
+generation request in flight at its HTTP layer, TGI with a forward in flight."""
 
 from __future__ import annotations
 
@@ -100,3 +100,33 @@ def test_a_busy_trtllm_that_moved_nothing_stays_unknown() -> None:
     verdict = classify(read(TRT_BUSY_2, 0.0), read(TRT_BUSY_2, 15.0))
     assert verdict.state == State.UNKNOWN
     assert not verdict.probe_needed
+
+
+TGI_IDLE = payload("tgi-3.3.7-idle.txt")
+TGI_PREFILLS = 'tgi_batch_inference_count{method="prefill"}'
+
+
+def test_tgi_first_prefill_from_idle_is_work_though_its_gauges_read_zero() -> None:
+    """TGI: a prefill begun from idle (count ahead of success) is busy, never a test request."""
+    # The batch was taken from the queue (tgi_queue_size 0) and decoding has not begun
+    # (tgi_batch_current_size 0): only the forward counted before its call shows the work.
+    started = set_sample(TGI_IDLE, TGI_PREFILLS, "13")
+    verdict = classify(read(TGI_IDLE, 0.0), read(started, 15.0))
+    assert verdict.state == State.BUSY, verdict.reason
+    assert not verdict.probe_needed
+    assert "a forward in flight" in verdict.reason
+
+
+def test_tgi_prefill_longer_than_the_interval_reads_as_work_without_progress() -> None:
+    """TGI: the same forward still in flight a read later is stalled, as with gauges above 0."""
+    started = set_sample(TGI_IDLE, TGI_PREFILLS, "13")
+    verdict = classify(read(started, 0.0), read(started, 15.0))
+    assert verdict.state == State.STALLED, verdict.reason
+    assert not verdict.probe_needed
+
+
+def test_tgi_idle_with_every_forward_ended_still_asks_for_the_test_request() -> None:
+    """TGI: gauges 0 and every forward counted ended: idle, the test request decides."""
+    verdict = classify(read(TGI_IDLE, 0.0), read(TGI_IDLE, 15.0))
+    assert verdict.state == State.IDLE
+    assert verdict.probe_needed

@@ -20,7 +20,9 @@ ROLES: frozenset[str] = frozenset(
         "waiting",  # work gauges: requests queued for it (several series are added up)
         "kv_cache_usage",  # a gauge that moves during legitimate work (vLLM)
         "awake",  # 0 while the engine sleeps
-        "steps",  # the per-forward progress counter
+        "steps",  # the per-forward progress counter (forwards finished)
+        "forwards_started",  # forwards begun: minus steps and failures, the forward in flight
+        "forwards_failed",
         "forward_tokens",  # tokens computed per forward (moves per step)
         "generation_tokens",
         "prompt_tokens",
@@ -31,6 +33,8 @@ ROLES: frozenset[str] = frozenset(
 )
 COUNTER_ROLES: tuple[str, ...] = (
     "steps",
+    "forwards_started",
+    "forwards_failed",
     "forward_tokens",
     "generation_tokens",
     "prompt_tokens",

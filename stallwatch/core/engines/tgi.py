@@ -3,6 +3,9 @@
 Read in huggingface/text-generation-inference `backends/v3/src/backend.rs` and `queue.rs`
 (db931fc, after v3.3.7): `tgi_batch_inference_success{method}` gains one after every Prefill or
 Decode call; metrics-rs prints counters without `_total` and a series appears at its first update.
+`tgi_batch_inference_count` gains one before each call: while the first prefill of a batch runs,
+`tgi_queue_size` has been reset and `tgi_batch_current_size` is not set yet, so the forward in
+flight (count minus success minus failure) is the work the gauges do not show.
 """
 
 from __future__ import annotations
@@ -23,6 +26,11 @@ PROFILE = EngineProfile(
             "tgi_batch_current_size": Series("running"),
             "tgi_queue_size": Series("waiting"),
             "tgi_batch_inference_success": Series("steps", summed=True),
+            # Incremented before every Prefill or Decode call, success or failure after it
+            # (backends/v3/src/backend.rs `prefill`, `decode`): the difference is the forward in
+            # flight, which the gauges miss during a batch's first prefill.
+            "tgi_batch_inference_count": Series("forwards_started", summed=True),
+            "tgi_batch_inference_failure": Series("forwards_failed", summed=True),
             "tgi_request_success": Series("requests_completed"),
             "tgi_request_generated_tokens_sum": Series("generation_tokens"),
             "tgi_request_input_length_sum": Series("prompt_tokens"),
