@@ -119,7 +119,7 @@ class FakeDockerEngine:
                 continue
             if types and event["Type"] not in types:
                 continue
-            await response.write(json.dumps(event).encode() + b"\n")
+            await response.write(json.dumps(event, separators=(",", ":")).encode() + b"\n")
         await response.write_eof()
         return response
 

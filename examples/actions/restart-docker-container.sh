@@ -34,13 +34,15 @@ case $code in
     204) ;;
     *) echo "docker answered $code for $container: $body"; exit 1 ;;
 esac
-# Docker logs a `kill` event for each signal it sends, podman a `died` event with the exit
-# code (137: SIGKILL). Unreadable events (a socket proxy that hides them) claim no kill.
-filters="{\"type\":[\"container\"],\"container\":[\"$container\"]}"
-events=$(curl --silent --unix-socket "$socket" --max-time 5 --get \
-    --data-urlencode "since=$since" --data-urlencode "until=$(($(date +%s) + 1))" \
-    --data-urlencode "filters=$filters" "http://localhost/events" || true)
-if printf '%s\n' "$events" | grep -Eq '"signal": *"(9|SIGKILL)"|"(exitCode|containerExitCode)": *"137"'; then
+# Docker logs a `kill` event for each signal it sends, and both Docker and podman a `die`
+# event with the exit code (137: SIGKILL). One event per line; no `filters` (podman 4 answers
+# none with one), so the container's own lines are picked here. Unreadable events (a socket
+# proxy that hides them) claim no kill.
+events=$(curl --silent --unix-socket "$socket" --max-time 5 \
+    "http://localhost/events?since=$since&until=$(($(date +%s) + 1))" || true)
+name_pattern=$(printf '"name": *"%s"' "$container" | sed 's/\./\\./g')
+if printf '%s\n' "$events" | grep -E "$name_pattern" |
+    grep -Eq '"signal": *"(9|SIGKILL)"|"(exitCode|containerExitCode)": *"137"'; then
     echo "restarted container $container: it ignored SIGTERM: SIGKILL after $stop_timeout s"
 else
     echo "restarted container $container (SIGKILL after $stop_timeout s if SIGTERM did not stop it)"

@@ -137,54 +137,69 @@ _SIGKILL_NAMES = frozenset({str(int(signal.SIGKILL)), "SIGKILL", "KILL"})
 _KILLED_EXIT_CODE = str(128 + int(signal.SIGKILL))
 
 
-def docker_event_is_a_kill(event: object, container: str) -> bool:
-    """Whether one Docker Engine API event says `container` was SIGKILLed: Docker logs a `kill`
-    event per signal it sends (`signal` attribute), podman a `died` with the exit code."""
+def docker_kill_time(event: object, container: str) -> float | None:
+    """When one Docker Engine API event says `container` was SIGKILLed (Unix seconds), else
+    None. Docker logs a `kill` event per signal it sends (its `signal` attribute); Docker and
+    podman both log a `die` event with the exit code (137: SIGKILL)."""
     if not isinstance(event, dict) or event.get("Type", "container") != "container":
-        return False
+        return None
     actor = event.get("Actor")
     if not isinstance(actor, dict):
-        return False
+        return None
     attributes = actor.get("Attributes")
     attributes = attributes if isinstance(attributes, dict) else {}
     identity = str(actor.get("ID", ""))
     # The action may name the container by its id, or by a short id (12 characters or more).
     by_id = identity == container or (len(container) >= 12 and identity.startswith(container))
     if attributes.get("name") != container and not by_id:
-        return False
+        return None
     action = event.get("Action", event.get("status"))
     if action == "kill":
-        return str(attributes.get("signal", "")) in _SIGKILL_NAMES
-    if action in ("die", "died"):
+        killed = str(attributes.get("signal", "")) in _SIGKILL_NAMES
+    elif action in ("die", "died"):
         code = attributes.get("exitCode", attributes.get("containerExitCode"))
-        return str(code) == _KILLED_EXIT_CODE
-    return False
+        killed = str(code) == _KILLED_EXIT_CODE
+    else:
+        killed = False
+    at = event.get("timeNano", event.get("time"))
+    if not killed or isinstance(at, bool) or not isinstance(at, int | float):
+        return None
+    return at / 1e9 if "timeNano" in event else float(at)
 
 
-async def _docker_killed(
+def killed_after_the_grace(kill_times: list[float], started: float, stop_timeout: int) -> bool:
+    """Whether a SIGKILL came once the grace had run out: not one at once (an image whose stop
+    signal is SIGKILL), nor one from before the restart. A second of slack for whole-second
+    event times."""
+    return any(at >= started + stop_timeout - 1.0 for at in kill_times)
+
+
+async def _docker_kill_times(
     session: aiohttp.ClientSession, container: str, since: float, until: float
-) -> bool:
-    """Whether the engine's events between `since` and `until` show a SIGKILL of `container`.
+) -> list[float]:
+    """When the engine's events between `since` and `until` show a SIGKILL of `container`.
 
-    False when they cannot be read: the restart itself succeeded, and the detail still states
-    the bound (`t`).
+    Empty when they cannot be read: the restart itself succeeded, and the detail still states
+    the bound (`t`). Whole seconds, and no `filters` (the events are matched here): podman 4's
+    Docker API answers no events at all to fractional times or to a container filter.
     """
-    filters = json.dumps({"type": ["container"], "container": [container]})
-    params = {"since": f"{since:.9f}", "until": f"{until:.9f}", "filters": filters}
+    params = {"since": str(math.floor(since)), "until": str(math.floor(until) + 1)}
+    times: list[float] = []
     try:
         async with asyncio.timeout(DOCKER_EVENTS_SECONDS):
             async with session.get(
                 "http://docker/events", params=params, headers={"User-Agent": USER_AGENT}
             ) as response:
                 if response.status != 200:
-                    return False
+                    return times
                 async for line in response.content:
                     with contextlib.suppress(ValueError):
-                        if docker_event_is_a_kill(json.loads(line), container):
-                            return True
+                        at = docker_kill_time(json.loads(line), container)
+                        if at is not None:
+                            times.append(at)
     except (TimeoutError, aiohttp.ClientError, OSError, ValueError):
-        return False
-    return False
+        pass
+    return times
 
 
 class ActionRunner:
@@ -262,7 +277,8 @@ class ActionRunner:
             body = await response.content.read(64 * 1024)
             if response.status == 204:
                 detail = f"docker restarted {action.container} (t={stop_timeout})"
-                if await _docker_killed(session, action.container, since, time.time()):
+                kills = await _docker_kill_times(session, action.container, since, time.time())
+                if stop_timeout > 0 and killed_after_the_grace(kills, since, stop_timeout):
                     detail += f": it ignored SIGTERM: SIGKILL after {stop_timeout} s"
                 return True, detail
             message = _tail(body)
@@ -287,7 +303,7 @@ class ActionRunner:
         ) as response:
             body = await response.content.read(64 * 1024)
             detail = f"{action.method} {action.url} answered {response.status}"
-            if 200 <= response.status < 300:
-                return True, detail
+            # The receiver owns the stop: what it answers (how it stopped the server, whether
+            # it had to SIGKILL) is kept, as a command's output is.
             summary = _tail(body)
-            return False, detail + (f": {summary}" if summary else "")
+            return 200 <= response.status < 300, detail + (f": {summary}" if summary else "")

@@ -4,6 +4,7 @@ behind the command action, a Docker Engine API, the demo's supervisor and a Kube
 
 from __future__ import annotations
 
+import asyncio
 import io
 import signal
 import threading
@@ -12,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
 
 from stallwatch.common.kubernetes_config import KubernetesAction, KubernetesSettings
 from stallwatch.demo.supervisor import RESTART_STOP_SECONDS, ServerProcess, Supervisor
@@ -128,6 +131,40 @@ async def test_docker_action_without_the_events_api_still_succeeds(tmp_path: Pat
             result = await restart_once(tmp_path, {**docker, "container": "vllm-a"})
     assert result["result"] == "success", result
     assert result["detail"] == "docker restarted vllm-a (t=5)"
+
+
+async def test_http_action_journals_what_the_receiver_says_about_its_kill(tmp_path: Path) -> None:
+    """http: the receiver owns the stop (here SIGTERM, SIGKILL after 1 s, of a real wedged
+    server); its answer, which says it had to kill, is the journaled detail."""
+    server = start_wedged(tmp_path / "wedged.log")
+    reaper = threading.Thread(target=server.wait, daemon=True)
+    reaper.start()
+
+    async def restart(request: web.Request) -> web.Response:
+        server.send_signal(signal.SIGTERM)
+        await asyncio.to_thread(reaper.join, 1.0)
+        if server.poll() is None:
+            kill_group(server.pid)
+            await asyncio.to_thread(reaper.join, 10)
+            return web.Response(text=f"pid {server.pid} ignored SIGTERM: SIGKILL after 1 s")
+        return web.Response(text=f"pid {server.pid} stopped on SIGTERM")
+
+    app = web.Application()
+    app.router.add_post("/restart", restart)
+    receiver = TestServer(app, host="127.0.0.1")
+    await receiver.start_server()
+    try:
+        action = {"kind": "http", "url": str(receiver.make_url("/restart"))}
+        result = await restart_once(tmp_path, action, action_timeout="30s")
+    finally:
+        await receiver.close()
+        kill_group(server.pid)
+        reaper.join(timeout=10)
+    assert result["result"] == "success", result
+    assert result["detail"].endswith(
+        f"answered 200: pid {server.pid} ignored SIGTERM: SIGKILL after 1 s"
+    ), result
+    assert server.returncode == -signal.SIGKILL
 
 
 def test_managed_process_stop_says_whether_it_had_to_kill(tmp_path: Path) -> None:

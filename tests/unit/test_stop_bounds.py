@@ -13,7 +13,7 @@ from stallwatch.common.config import ConfigError
 from stallwatch.common.config_files import load_restarter_config
 from stallwatch.common.kubernetes_config import KubernetesAction
 from stallwatch.core.pod_rules import PodFacts
-from stallwatch.restarter.actions import docker_event_is_a_kill
+from stallwatch.restarter.actions import docker_kill_time, killed_after_the_grace
 from stallwatch.restarter.kube.action import stop_bound
 
 
@@ -94,6 +94,8 @@ def event(action: str, name: str = "vllm-a", **attributes: str) -> dict[str, Any
         "Type": "container",
         "Action": action,
         "Actor": {"ID": "4f2c" * 16, "Attributes": {"name": name, **attributes}},
+        "time": 1_796_000_030,
+        "timeNano": 1_796_000_030_250_000_000,
     }
 
 
@@ -104,7 +106,7 @@ def event(action: str, name: str = "vllm-a", **attributes: str) -> dict[str, Any
         (event("kill", signal="SIGKILL"), True),
         (event("kill", signal="15"), False),  # the SIGTERM that comes first
         (event("die", exitCode="137"), True),  # 128 + 9
-        (event("died", containerExitCode="137"), True),  # podman's compat events
+        (event("died", containerExitCode="137"), True),  # as podman's events name it
         (event("die", exitCode="143"), False),  # ended by SIGTERM
         (event("die", exitCode="0"), False),
         (event("kill", name="other", signal="9"), False),  # another container
@@ -115,12 +117,35 @@ def event(action: str, name: str = "vllm-a", **attributes: str) -> dict[str, Any
 )
 def test_which_engine_events_mean_it_had_to_kill(sent: object, killed: bool) -> None:
     """Only a SIGKILL of the named container (a kill with signal 9, or an exit code of 137)."""
-    assert docker_event_is_a_kill(sent, "vllm-a") is killed
+    assert (docker_kill_time(sent, "vllm-a") is not None) is killed
+
+
+def test_a_kill_time_is_the_events_own() -> None:
+    """timeNano when the event has it, else its whole-second time."""
+    sent = event("die", exitCode="137")
+    assert docker_kill_time(sent, "vllm-a") == pytest.approx(1_796_000_030.25)
+    del sent["timeNano"]
+    assert docker_kill_time(sent, "vllm-a") == 1_796_000_030.0
 
 
 def test_a_container_named_by_its_id_is_matched_by_id() -> None:
     """A container given by its full or short (12+) id matches the event's Actor.ID."""
     sent = event("kill", name="vllm-a", signal="9")
-    assert docker_event_is_a_kill(sent, "4f2c" * 16)
-    assert docker_event_is_a_kill(sent, "4f2c4f2c4f2c")
-    assert not docker_event_is_a_kill(sent, "4f2c")  # too short to be an id
+    assert docker_kill_time(sent, "4f2c" * 16) is not None
+    assert docker_kill_time(sent, "4f2c4f2c4f2c") is not None
+    assert docker_kill_time(sent, "4f2c") is None  # too short to be an id
+
+
+@pytest.mark.parametrize(
+    ("kills", "said"),
+    [
+        ([1030.2], True),  # t=30 after the restart began at 1000.0
+        ([1029.0], True),  # a whole-second event time, a second early
+        ([1000.1], False),  # at once: the image's stop signal is SIGKILL, not a grace run out
+        ([990.0], False),  # before this restart
+        ([], False),
+    ],
+)
+def test_a_kill_counts_only_once_the_grace_has_run_out(kills: list[float], said: bool) -> None:
+    """The detail says "ignored SIGTERM" only for a SIGKILL at (or after) the end of t."""
+    assert killed_after_the_grace(kills, 1000.0, 30) is said
