@@ -14,8 +14,10 @@ from urllib.parse import urlsplit
 
 DURATION_HINT = "expected a duration like 15s, 10m or 1h"
 # Prometheus' own grammar (model.ParseDuration): units in this order, each at most once.
+# ASCII digits only, as Prometheus takes them (a fullwidth 2 is no digit), nothing after the unit.
 _PROMETHEUS_DURATION = re.compile(
-    r"^(?:(\d+)y)?(?:(\d+)w)?(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?(?:(\d+)ms)?$"
+    r"(?:(\d+)y)?(?:(\d+)w)?(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?(?:(\d+)ms)?",
+    re.ASCII,
 )
 _UNIT_MILLISECONDS = (
     365 * 86_400_000,
@@ -45,7 +47,7 @@ def parse_duration(value: object) -> float:
     """Seconds in a Prometheus duration (`30s`, `10m`, `1h30m`, `200ms`, `0`); finite, >= 0."""
     if not isinstance(value, str):
         raise ValueError(f"{DURATION_HINT}, got {value!r}")
-    match = _PROMETHEUS_DURATION.match(value)
+    match = _PROMETHEUS_DURATION.fullmatch(value)
     if value == "0":
         return 0.0
     if not value or match is None:

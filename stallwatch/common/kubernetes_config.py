@@ -13,7 +13,13 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from stallwatch.common.config import Section
-from stallwatch.common.restart_limits import BUDGET_KEYS, Budget, budget_from
+from stallwatch.common.restart_limits import (
+    BUDGET_KEYS,
+    DEFAULT_RESTART_AFTER,
+    Budget,
+    budget_from,
+    restart_after_from,
+)
 from stallwatch.common.restarter_files import RestarterFiles
 
 KubernetesMode = Literal["evict", "delete", "rollout_restart"]
@@ -33,6 +39,7 @@ _RULE_KEYS = (
     "cooldown",
     "budget",
     "action_timeout",
+    "restart_after",
 )
 _KUBERNETES_KEYS = ("kubeconfig", "context", "lease", "events")
 # Names the API would refuse anyway; checked here so a typo fails at load, not at restart.
@@ -80,6 +87,7 @@ class PodRule:
     cooldown: float = 600.0
     budget: Budget = field(default_factory=Budget)
     action_timeout: float = 120.0
+    restart_after: float = DEFAULT_RESTART_AFTER
 
 
 @dataclass(frozen=True)
@@ -142,15 +150,18 @@ def _grace_period(section: Section, mode: str) -> int | None:
     return section.integer("grace_period", 1, minimum=1)
 
 
-def pod_rules_from(top: Section) -> tuple[PodRule, ...]:
-    """The config's `rules:`, each checked field by field; their names must differ."""
-    rules = tuple(_rule(section) for section in top.sections("rules", _RULE_KEYS))
+def pod_rules_from(
+    top: Section, restart_after: float = DEFAULT_RESTART_AFTER
+) -> tuple[PodRule, ...]:
+    """The config's `rules:`, each checked field by field; their names must differ.
+    `restart_after`: the window of a rule that sets none."""
+    rules = tuple(_rule(section, restart_after) for section in top.sections("rules", _RULE_KEYS))
     if len({rule.name for rule in rules}) != len(rules):
         raise top.error("rules", "rule names must differ")
     return rules
 
 
-def _rule(section: Section) -> PodRule:
+def _rule(section: Section, restart_after: float) -> PodRule:
     name = section.string("name", required=True)
     namespaces = section.string_list("namespaces", ())
     if not namespaces:
@@ -196,6 +207,7 @@ def _rule(section: Section) -> PodRule:
         cooldown=section.duration("cooldown", 600.0, zero=True),
         budget=budget_from(budget),
         action_timeout=section.duration("action_timeout", 120.0),
+        restart_after=restart_after_from(section, restart_after),
     )
 
 

@@ -1,5 +1,5 @@
 """What limits a target's restarts, for a fixed target and a pod rule alike: the budget (so many
-restarts in a window) and `cooldown: auto`."""
+restarts in a window), `cooldown: auto`, and the restart window (`restart_after`)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,15 @@ from dataclasses import dataclass
 from stallwatch.common.config import Section
 
 BUDGET_KEYS = ("max_restarts", "window")
+
+# How long the restarter itself must see a server make no progress before it restarts it.
+# Healthy servers fall silent for longer than two polls: a JIT compile of a new prompt shape
+# (30-70 s), an autotune (206 s), a graph capture; 5 minutes covers every mid-traffic silence
+# reported (docs/restarter.md#the-restart-window has the table and its sources). A planned
+# longer silence (a weight sync) takes a hold instead.
+DEFAULT_RESTART_AFTER = 300.0
+# The longest hold an operator may ask for unless the config allows more.
+DEFAULT_MAX_HOLD = 3600.0
 
 
 @dataclass(frozen=True)
@@ -48,3 +57,8 @@ def cooldown_auto_from(section: Section) -> CooldownAuto | None:
     if isinstance(factor, bool) or not isinstance(factor, int | float) or not 1 <= factor <= 100:
         raise auto.error("factor", f"expected a number from 1 to 100, got {factor!r}")
     return CooldownAuto(floor=floor, factor=float(factor), max=ceiling)
+
+
+def restart_after_from(section: Section, default: float) -> float:
+    """A `restart_after` (zero: restart at the first confirmation, the old two-poll rule)."""
+    return section.duration("restart_after", default, zero=True)

@@ -20,10 +20,13 @@ from stallwatch.common.kubernetes_config import (
 )
 from stallwatch.common.restart_limits import (
     BUDGET_KEYS,
+    DEFAULT_MAX_HOLD,
+    DEFAULT_RESTART_AFTER,
     Budget,
     CooldownAuto,
     budget_from,
     cooldown_auto_from,
+    restart_after_from,
 )
 from stallwatch.common.restarter_files import RestarterFiles
 
@@ -127,6 +130,8 @@ class Target:
     action_timeout: float = 120.0
     # Set by `cooldown: auto`; `cooldown` then holds its floor.
     cooldown_auto: CooldownAuto | None = None
+    # How long the restarter must itself see no progress before it acts (0: at once).
+    restart_after: float = DEFAULT_RESTART_AFTER
 
 
 @dataclass(frozen=True)
@@ -148,6 +153,9 @@ class RestarterConfig:
     kubernetes: KubernetesSettings | None = None
     mass_stall: MassStall = field(default_factory=MassStall)
     breaker: Breaker = field(default_factory=Breaker)
+    # Each target's restart window unless it sets its own; the longest hold allowed.
+    restart_after: float = DEFAULT_RESTART_AFTER
+    max_hold: float = DEFAULT_MAX_HOLD
     source: str = "<memory>"
     # What the file asks for that still works but should change (deprecated keys).
     warnings: tuple[str, ...] = ()
@@ -216,6 +224,7 @@ _TARGET_KEYS = (
     "budget",
     "action_timeout",
     "cooldown_auto",
+    "restart_after",
 )
 
 
@@ -255,7 +264,9 @@ def _metrics_url(section: Section, warnings: list[str]) -> str:
     return url.rstrip("/") + metrics_path
 
 
-def _target(section: Section, files: RestarterFiles, warnings: list[str]) -> Target:
+def _target(
+    section: Section, files: RestarterFiles, warnings: list[str], restart_after: float
+) -> Target:
     name = section.string("name", required=True)
     metrics_url = _metrics_url(section, warnings)
     action_timeout = section.duration("action_timeout", 120.0)
@@ -280,6 +291,7 @@ def _target(section: Section, files: RestarterFiles, warnings: list[str]) -> Tar
         cooldown_auto=cooldown_auto,
         budget=budget_from(budget),
         action_timeout=action_timeout,
+        restart_after=restart_after_from(section, restart_after),
     )
 
 
@@ -298,6 +310,8 @@ _TOP_KEYS = (
     "max_body_bytes",
     "mass_stall",
     "breaker",
+    "restart_after",
+    "max_hold",
     "targets",
     "rules",
     "kubernetes",
@@ -355,14 +369,16 @@ def restarter_config_from_mapping(data: object, source: str, base_dir: Path) -> 
             on_mass_stall=breaker.boolean("on_mass_stall", True),
             failed_actions=breaker.integer("failed_actions", 3),
         ),
+        restart_after=restart_after_from(top, DEFAULT_RESTART_AFTER),
+        max_hold=top.duration("max_hold", DEFAULT_MAX_HOLD),
         source=source,
     )
     targets: list[Target] = []
     warnings: list[str] = []
-    rules = pod_rules_from(top)
+    rules = pod_rules_from(top, config.restart_after)
     kubernetes = kubernetes_settings_from(top, files)
     for index, section in enumerate(top.sections("targets", _TARGET_KEYS, required=not rules)):
-        target = _target(section, files, warnings)
+        target = _target(section, files, warnings, config.restart_after)
         if target.name in {t.name for t in targets}:
             raise ConfigError(
                 source, f"targets[{index}].name", f"duplicate target name {target.name!r}"

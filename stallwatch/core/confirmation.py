@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from stallwatch.core.classify import State, Verdict, classify
@@ -23,6 +23,9 @@ class Confirmation:
     refusal: Refusal | None
     detail: str
     verdict: Verdict | None = None
+    # The later of the two readings, when both reads gave one: what a restart window's last
+    # look compares with its first.
+    reading: Reading | None = None
 
 
 @dataclass(frozen=True)
@@ -89,7 +92,7 @@ def judge_reads(first: Reading, second: Reading) -> Confirmation:
     """Judge two fresh reads; counters that stand still only because they are absent (never
     there, or gone by the second read) are no evidence of a stall, nor of an idle server."""
     verdict = classify(first, second)
-    confirmation = judge_confirmation(verdict)
+    confirmation = replace(judge_confirmation(verdict), reading=second)
     if confirmation.confirmed:
         stalled = {(e.model_name, e.engine) for e in verdict.engines if e.state == State.STALLED}
         missing = missing_signals(first, second, stalled, stall_evidence)
@@ -100,7 +103,7 @@ def judge_reads(first: Reading, second: Reading) -> Confirmation:
     if missing is None:
         return confirmation
     detail = f"{verdict.state} only by absence: {missing}; absent signals are no evidence"
-    return Confirmation(False, "error", detail, verdict)
+    return Confirmation(False, "error", detail, verdict, second)
 
 
 def stall_evidence(engine: EngineSample) -> tuple[str, ...]:

@@ -10,6 +10,8 @@ from stallwatch.core.classify import State, Verdict
 from stallwatch.core.reading import Reading
 
 _NO_ERRORS: Mapping[str, int] = MappingProxyType({})
+# The states a restart alert watches: a run of them is one stall, however it changes between them.
+STALL_STATES = frozenset({State.STALLED, State.UNRESPONSIVE, State.HUNG})
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,14 @@ class TargetHistory:
     probe_requests: int = 0
     probe_failures: int = 0
     poll_errors: Mapping[str, int] = field(default_factory=lambda: _NO_ERRORS)
+    # The current stall: the time of the last read before it (None: not stalled), and how long
+    # the reads have shown it so far.
+    stall_since: float | None = None
+    stall_seconds: float = 0.0
+    # Stalls that ended with the server moving again, by itself (a restart ends none).
+    recovered_stalls: int = 0
+    longest_recovered_stall_seconds: float = 0.0
+    last_recovered_stall_seconds: float | None = None
 
     @property
     def state(self) -> State | None:
@@ -65,6 +75,8 @@ class TargetHistory:
             verdict.state == State.IDLE and not verdict.probe_needed and not outcome.probe_deferred
         )
         shows_life = verdict.progressed or proven_idle
+        stall_since, stall_seconds = self._stall(outcome)
+        recovered = self.stall_since is not None and stall_since is None and shows_life
         return replace(
             self,
             verdict=verdict,
@@ -81,7 +93,31 @@ class TargetHistory:
             probe_requests=self.probe_requests + outcome.probes_sent,
             probe_failures=self.probe_failures + outcome.probes_failed,
             poll_errors=MappingProxyType(errors),
+            stall_since=stall_since,
+            stall_seconds=stall_seconds,
+            recovered_stalls=self.recovered_stalls + (1 if recovered else 0),
+            longest_recovered_stall_seconds=(
+                max(self.longest_recovered_stall_seconds, self.stall_seconds)
+                if recovered
+                else self.longest_recovered_stall_seconds
+            ),
+            last_recovered_stall_seconds=(
+                self.stall_seconds if recovered else self.last_recovered_stall_seconds
+            ),
         )
+
+    def _stall(self, outcome: PollOutcome) -> tuple[float | None, float]:
+        """The stall once `outcome` is counted: since when, and how long the reads show it.
+
+        It starts at the read before the first stalled (or unresponsive, or hung) poll: no
+        progress since then is what that poll proved. It ends at any other state.
+        """
+        if outcome.verdict.state not in STALL_STATES:
+            return None, 0.0
+        since = self.stall_since
+        if since is None:
+            since = self.baseline.taken_at if self.baseline is not None else outcome.started_at
+        return since, max(0.0, outcome.started_at - since)
 
     def _proof_of_life(self, outcome: PollOutcome) -> float | None:
         """When the server last proved it was alive, once `outcome` is counted.

@@ -19,12 +19,14 @@ from stallwatch.common.restarter_config import RestarterConfig, Target
 from stallwatch.core.alerts import Alert
 from stallwatch.core.confirmation import Confirmation
 from stallwatch.core.fleet import Controls, cooldown_seconds, longest_cooldown, mass_stall
+from stallwatch.core.holds import NO_HOLDS, Hold
 
 SkipReason = Literal[
     "not_restart_alert",
     "no_target_label",
     "unknown_target",
     "duplicate",
+    "on_hold",
     "paused",
     "breaker_open",
     "mass_stall",
@@ -36,6 +38,8 @@ SkipReason = Literal[
     "not_confirmed_idle",
     "not_confirmed_down",
     "not_confirmed_error",
+    "restart_window",
+    "recovered_in_window",
     "dry_run",
 ]
 SKIP_REASONS: tuple[SkipReason, ...] = get_args(SkipReason)
@@ -110,6 +114,7 @@ class History:
     `covered`: how many targets the mass-stall percentage is taken of (0: the config's count).
     `controls`: the breaker and the pause switch.
     `load_seconds`: each target's last measured model-load time (for `cooldown: auto`).
+    `holds`: the holds in force, by target.
     """
 
     restarts: tuple[PastRestart, ...] = ()
@@ -118,6 +123,7 @@ class History:
     covered: int = 0
     controls: Controls = field(default_factory=Controls)
     load_seconds: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    holds: Mapping[str, Hold] = field(default_factory=lambda: NO_HOLDS)
 
 
 def alert_key(alert: Alert) -> str:
@@ -195,6 +201,13 @@ def decide(alert: Alert, config: RestarterConfig, history: History, now: float) 
     for restart in history.restarts:  # restarts a replica that held the Lease before decided
         if restart.alert == key and not restart.blocked:
             return _acted_on(alert, restart.decided_at, now)
+    hold = history.holds.get(target.name)
+    if hold is not None and hold.active(now):
+        return _skip(
+            "on_hold",
+            f"held for {hold.until - now:.0f} s more ({hold.detail or 'no reason given'}); "
+            "judged again when the hold ends",
+        )
     fleet_refusal = _fleet_refusal(config, history, now)
     if fleet_refusal is not None:
         return fleet_refusal

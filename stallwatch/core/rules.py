@@ -21,13 +21,21 @@ RESTART_ALERT_STATES: Mapping[str, State] = MappingProxyType(
 )
 # "Two consecutive polls": never on one poll alone.
 POLLS_TO_FIRE = 2
+# What each restart rule adds to its condition: no alert for a target whose hold runs.
+HOLD_CLAUSE = "unless on(target) (stallwatch_restarter_hold_expiry_timestamp_seconds > time())"
 
 
-def restart_alert_fires(alertname: str, state: State | None, state_polls: int) -> bool:
-    """Whether the rule `alertname` fires for a target in `state` for `state_polls` polls."""
-    return state == RESTART_ALERT_STATES[alertname] and state_polls >= POLLS_TO_FIRE
+def restart_alert_fires(
+    alertname: str, state: State | None, state_polls: int, *, held: bool = False
+) -> bool:
+    """Whether the rule `alertname` fires for a target in `state` for `state_polls` polls
+    (`held`: the target's hold runs)."""
+    return state == RESTART_ALERT_STATES[alertname] and state_polls >= POLLS_TO_FIRE and not held
 
 
-def restart_alerts(state: State | None, state_polls: int) -> dict[str, bool]:
+def restart_alerts(state: State | None, state_polls: int, *, held: bool = False) -> dict[str, bool]:
     """Every restart alert, in rule-file order, and whether it fires."""
-    return {name: restart_alert_fires(name, state, state_polls) for name in RESTART_ALERT_STATES}
+    return {
+        name: restart_alert_fires(name, state, state_polls, held=held)
+        for name in RESTART_ALERT_STATES
+    }

@@ -57,6 +57,10 @@ def exporter_config(
     }
 
 
+# How long the demo's restarter must itself see a stall before it restarts: 5 m scaled to 1 s polls.
+DEMO_RESTART_AFTER = "5s"
+
+
 def restarter_config(
     listen: str,
     token_file: Path,
@@ -66,7 +70,8 @@ def restarter_config(
 ) -> dict[str, Any]:
     """The restarter's config: every server with the same command action (the demo's supervisor).
 
-    Cooldown, budget and fleet limits keep their defaults; only the confirmation gap is short.
+    Cooldown, budget and fleet limits keep their defaults; the confirmation gap and the restart
+    window are short, in step with the demo's 1 s polls (a model server keeps the 5 m default).
     """
     return {
         "listen": listen,
@@ -74,6 +79,7 @@ def restarter_config(
         "journal": str(journal),
         "restart_alerts": list(RESTART_ALERTS),
         "confirm": {"gap": "1s", "timeout": "1s"},
+        "restart_after": DEMO_RESTART_AFTER,
         "targets": [
             {
                 "name": name,

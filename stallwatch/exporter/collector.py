@@ -121,6 +121,24 @@ class ExporterCollector(Collector):
         probe_failures = out.counter(
             "stallwatch_probe_failures", "Test requests that failed or timed out."
         )
+        stall = out.gauge(
+            "stallwatch_target_stall_seconds",
+            "How long the reads have shown the current stall (stalled, unresponsive or hung), "
+            "from the last read before it; 0 when not stalled.",
+        )
+        recovered = out.counter(
+            "stallwatch_target_recovered_stalls",
+            "Stalls that ended with the server moving again by itself (near misses: a restart "
+            "ends none).",
+        )
+        longest_recovered = out.gauge(
+            "stallwatch_target_longest_recovered_stall_seconds",
+            "The longest stall that ended by itself since the exporter started.",
+        )
+        last_recovered = out.gauge(
+            "stallwatch_target_last_recovered_stall_seconds",
+            "How long the latest stall that ended by itself had lasted.",
+        )
         polls = out.counter("stallwatch_polls", "Polls of the target.")
         poll_errors = out.counter(
             "stallwatch_poll_errors",
@@ -154,6 +172,12 @@ class ExporterCollector(Collector):
             probes.add_metric([target.name, *values], history.probe_requests)
             probe_failures.add_metric([target.name, *values], history.probe_failures)
             polls.add_metric([target.name, *values], history.polls)
+            stall.add_metric([target.name, *values], history.stall_seconds)
+            recovered.add_metric([target.name, *values], history.recovered_stalls)
+            longest_recovered.add_metric(
+                [target.name, *values], history.longest_recovered_stall_seconds
+            )
+            _maybe(last_recovered, target.name, values, history.last_recovered_stall_seconds)
             for reason in POLL_ERROR_REASONS:
                 count = history.poll_errors.get(reason, 0)
                 poll_errors.add_metric([target.name, reason, *values], count)

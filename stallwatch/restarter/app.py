@@ -170,6 +170,49 @@ async def handle_resume(request: web.Request) -> web.StreamResponse:
     )
 
 
+_TARGET_NAME_CHARS = 253
+
+
+async def handle_hold(request: web.Request) -> web.StreamResponse:
+    """`POST /-/hold?target=X&for=5m&reason=...`: X will be silent for up to that long (a
+    weight sync, maintenance): its restart alerts are not acted on until the hold ends or is
+    released. `DELETE /-/hold?target=X`: end it now (its held alerts are judged again)."""
+    restarter = request.app[RESTARTER_KEY]
+    if not authorized(restarter.config, request):
+        return _error(401, "missing or wrong bearer token")
+    target = request.query.get("target", "")
+    if not target or len(target) > _TARGET_NAME_CHARS or not target.isprintable():
+        return _error(400, "target: give the name of a target of the restarter's config")
+    known = restarter.config.target(target) is not None
+    if request.method == "DELETE":
+        released = restarter.holds.release(
+            target, request.query.get("reason", "released over HTTP")[:500]
+        )
+        judged = 0
+        if released:
+            restarter.held.expedite(target, restarter.clock())
+            judged = await restarter.release_held()
+        return web.json_response(
+            {"status": "ok", "target": target, "released": released, "judged_again": judged}
+        )
+    if not known:
+        return _error(404, f"target: {target!r} is not a target of the restarter's config")
+    if "for" not in request.query:
+        return _error(400, "for: give the hold's length, e.g. for=5m")
+    try:
+        duration = parse_duration(request.query["for"])
+    except ValueError as error:
+        return _error(400, f"for: {error}")
+    reason = request.query.get("reason", "held over HTTP")[:500]
+    refusal = restarter.holds.hold(target, duration, reason)
+    if refusal is not None:
+        return _error(400, f"for: {refusal}")
+    until = restarter.clock() + duration
+    return web.json_response(
+        {"status": "ok", "target": target, "for_seconds": duration, "until": until}
+    )
+
+
 def _error(status: int, message: str) -> web.Response:
     return web.json_response({"status": "error", "error": message}, status=status)
 
@@ -331,6 +374,8 @@ def build_app(
     app.router.add_get("/-/ready", handle_ready)
     app.router.add_post("/-/pause", handle_pause)
     app.router.add_post("/-/resume", handle_resume)
+    app.router.add_post("/-/hold", handle_hold)
+    app.router.add_delete("/-/hold", handle_hold)
     if config_path is not None:
         app[RELOADER_KEY] = ConfigReloader(restarter, config_path, clock)
         app.router.add_post("/-/reload", handle_reload)

@@ -20,6 +20,7 @@ from stallwatch.common.cli import add_service_arguments, setup_logging
 from stallwatch.common.config import ConfigError, parse_duration
 from stallwatch.common.config_files import load_restarter_config as load_config
 from stallwatch.common.restarter_config import RestarterConfig
+from stallwatch.core.holds import hold_refusal
 from stallwatch.exporter.fetch import read_metrics
 from stallwatch.restarter.journal import Journal
 from stallwatch.restarter.journal_reader import JournalEntry, JournalError, JournalReader, printable
@@ -110,6 +111,28 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     )
     pause.set_defaults(handler=run_control, control="paused")
     resume.set_defaults(handler=run_control, control="resumed")
+    hold = commands.add_parser(
+        "hold",
+        help="say that one target will be silent for a while (a weight sync, maintenance)",
+        description="Write a hold into the journal named in the config: the running restarter "
+        "acts on no restart alert of TARGET until the hold ends (at most the config's max_hold) "
+        "or `unhold`. A server still silent after its hold is judged as usual.",
+    )
+    unhold = commands.add_parser("unhold", help="end a target's hold now; written to the journal")
+    for command in (hold, unhold):
+        command.add_argument("target", metavar="TARGET", help="a target of the config")
+        command.add_argument(
+            "--config",
+            dest="control_config",
+            type=Path,
+            metavar="FILE",
+            required=True,
+            help="YAML config file (its `journal` path is written)",
+        )
+        command.add_argument("--reason", default="", help="why, for the journal")
+    hold.add_argument("--for", dest="hold_for", metavar="DURATION", required=True, help="e.g. 5m")
+    hold.set_defaults(handler=run_hold, control="hold")
+    unhold.set_defaults(handler=run_hold, control="hold_released")
 
 
 def _load(path: Path) -> RestarterConfig | None:
@@ -287,6 +310,50 @@ def run_control(args: argparse.Namespace) -> int:
     else:
         length = "until resumed" if duration is None else f"for {args.pause_for}"
         print(f"paused {length} (journal {config.journal})")
+    return 0
+
+
+def run_hold(args: argparse.Namespace) -> int:
+    """`hold` / `unhold`: one hold row in the journal; the restarter reads it at its next
+    decision."""
+    config = _load(args.control_config)
+    if config is None:
+        return 1
+    target: str = args.target
+    if config.target(target) is None and not config.rules:
+        print(f"{target!r} is not a target of {args.control_config}", file=sys.stderr)
+        return 2
+    duration = 0.0
+    if args.control == "hold":
+        try:
+            duration = parse_duration(args.hold_for)
+        except ValueError as error:
+            print(f"--for: {error}", file=sys.stderr)
+            return 2
+        refusal = hold_refusal(duration, config.max_hold)
+        if refusal is not None:
+            print(f"--for: {refusal}", file=sys.stderr)
+            return 2
+    reason = args.reason or f"{args.control} from the command line"
+    try:
+        journal = Journal.open(config.journal)
+    except JournalError as error:
+        print(error, file=sys.stderr)
+        return 1
+    try:
+        journal.record_hold(args.control, target, reason, time.time(), duration=duration)
+    except JournalError as error:
+        print(error, file=sys.stderr)
+        return 1
+    finally:
+        journal.close()
+    if args.control == "hold":
+        print(f"{target} held for {args.hold_for} (journal {config.journal})")
+    else:
+        print(
+            f"{target}: hold ended (journal {config.journal}); a running restarter judges "
+            "its held alerts again within seconds"
+        )
     return 0
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from stallwatch.core.alerts import Alert
 from stallwatch.core.fleet import CONTROL_KINDS, ControlKind
+from stallwatch.core.holds import HOLD_KINDS, HoldKind
 from stallwatch.core.policy import Decision
 from stallwatch.restarter.journal_reader import DECISIVE_ROWS, JournalError, JournalReader
 
@@ -28,9 +29,10 @@ CREATE TABLE IF NOT EXISTS journal (
     fingerprint TEXT NOT NULL,
     starts_at TEXT NOT NULL,
     decision TEXT NOT NULL,          -- restart | skip | resolved | action_result | control
-                                     -- | load_measured
+                                     -- | load_measured | hold
     reason TEXT NOT NULL,            -- skip reason; on action_result rows the result;
-                                     -- on control rows breaker_open | paused | resumed
+                                     -- on control rows breaker_open | paused | resumed;
+                                     -- on hold rows hold | hold_released
     detail TEXT NOT NULL,
     result TEXT,                     -- action_result rows: success|failure|timeout|interrupted
     duration_seconds REAL,           -- action_result and load_measured rows; a pause's length
@@ -184,6 +186,26 @@ class Journal(JournalReader):
                 "fingerprint": "",
                 "starts_at": "",
                 "decision": "control",
+                "reason": kind,
+                "detail": detail,
+                "duration_seconds": duration,
+            }
+        )
+
+    def record_hold(
+        self, kind: HoldKind, target: str, detail: str, now: float, *, duration: float = 0.0
+    ) -> int:
+        """Write a hold row: `target` held for `duration` seconds, or its hold released."""
+        if kind not in HOLD_KINDS:
+            raise ValueError(f"unknown hold row {kind!r}")
+        return self._insert(
+            {
+                "time": now,
+                "target": target,
+                "alertname": "",
+                "fingerprint": "",
+                "starts_at": "",
+                "decision": "hold",
                 "reason": kind,
                 "detail": detail,
                 "duration_seconds": duration,

@@ -15,6 +15,7 @@ from typing import Any, Self
 
 from stallwatch.core.alerts import Alert
 from stallwatch.core.fleet import CONTROL_KINDS, ControlEvent
+from stallwatch.core.holds import HOLD_KINDS, HoldEvent
 from stallwatch.core.policy import History, PastDecision, PastRestart
 from stallwatch.restarter.metrics import PDB_BLOCKED
 
@@ -192,6 +193,21 @@ class JournalReader:
             ControlEvent(kind, time, detail, duration)
             for kind, time, detail, duration in rows
             if kind in CONTROL_KINDS
+        )
+
+    def hold_events(self, since: float) -> tuple[HoldEvent, ...]:
+        """The hold rows written since `since` (a hold cannot be longer than max_hold), oldest
+        first."""
+        with self._guard("read"):
+            rows = self._db.execute(
+                "SELECT reason, target, time, duration_seconds, detail FROM journal "
+                "WHERE decision = 'hold' AND time >= ? ORDER BY id",
+                (since,),
+            ).fetchall()
+        return tuple(
+            HoldEvent(kind, target, time, duration or 0.0, detail)
+            for kind, target, time, duration, detail in rows
+            if kind in HOLD_KINDS
         )
 
     def failed_actions_in_a_row(self, limit: int) -> int:

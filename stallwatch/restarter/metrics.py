@@ -111,6 +111,39 @@ class RestarterMetrics:
             ["target"],
             registry=self.registry,
         )
+        self.restart_after = Gauge(
+            "stallwatch_restarter_restart_after_seconds",
+            "The target's restart window: how long the restarter must itself see no progress "
+            "before it restarts it.",
+            ["target"],
+            registry=self.registry,
+        )
+        self.restart_windows = Gauge(
+            "stallwatch_restarter_restart_windows",
+            "Confirmed stalls waiting out their restart window now.",
+            registry=self.registry,
+        )
+        self.recovered_in_window = Counter(
+            "stallwatch_restarter_recovered_in_window",
+            "Confirmed stalls that recovered (or whose alert resolved) before their restart "
+            "window ended: restarts that would have been false under a shorter window.",
+            ["target"],
+            registry=self.registry,
+        )
+        self.longest_recovered = Gauge(
+            "stallwatch_restarter_longest_recovered_stall_seconds",
+            "The longest stall, since this restarter started, that recovered inside its "
+            "restart window, from the first confirmation to the recovery.",
+            ["target"],
+            registry=self.registry,
+        )
+        self.hold_expiry = Gauge(
+            "stallwatch_restarter_hold_expiry_timestamp_seconds",
+            "Unix time the target's hold ends (no series: not held). While held, no restart "
+            "alert of the target is acted on.",
+            ["target"],
+            registry=self.registry,
+        )
         build_info = Gauge(
             "stallwatch_restarter_build_info",
             "The restarter's version.",
@@ -127,6 +160,8 @@ class RestarterMetrics:
             for result in (*RESULTS, PDB_BLOCKED) if kubernetes else RESULTS:
                 self.restarts.labels(target=target.name, result=result)
             self.budget_exhausted.labels(target=target.name)
+            self.restart_after.labels(target=target.name).set(target.restart_after)
+            self.recovered_in_window.labels(target=target.name)
 
     def exposition(self) -> bytes:
         return prometheus_client.generate_latest(self.registry)

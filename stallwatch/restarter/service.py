@@ -38,6 +38,7 @@ from stallwatch.restarter.journal import Journal
 from stallwatch.restarter.journal_reader import JournalError, printable
 from stallwatch.restarter.metrics import UNCONFIGURED_TARGET, RestarterMetrics
 from stallwatch.restarter.release import HeldRelease
+from stallwatch.restarter.windows import RestartWindows, TargetHolds
 
 if TYPE_CHECKING:
     from stallwatch.restarter.kube.side import KubeSide
@@ -95,6 +96,8 @@ class Restarter:
         self.kube: KubeSide | None = None
         self._refusals: dict[tuple[str, str], Decision] = {}
         self.fleet = FleetGuard(self.journal, self.metrics, lambda: self.config, clock)
+        self.windows = RestartWindows(self.metrics)
+        self.holds = TargetHolds(self.journal, self.metrics, lambda: self.config, clock)
         self.held = HeldAlerts()
         self.held_release = HeldRelease(
             self.held,
@@ -102,6 +105,7 @@ class Restarter:
             clock,
             judge=self.handle,
             acts=lambda: self.kube is None or self.kube.acting,
+            held_targets=lambda now: self.holds.current(now).keys(),
         )
         self.background = BackgroundActions(self.journal, self.metrics, self.fleet, clock)
         self.background.close_interrupted()
@@ -124,6 +128,7 @@ class Restarter:
         for target in config.targets:
             self.locks.setdefault(target.name, asyncio.Lock())
         self.metrics.add_targets(config)
+        self.holds.refresh_gauges()
         self._lookback = lookback_seconds(config)
 
     @property
@@ -169,7 +174,7 @@ class Restarter:
         history = self.journal.history(
             alert, since=now - self._lookback, dry_run=self.config.dry_run
         )
-        history = self.fleet.with_fleet(history, now)
+        history = replace(self.fleet.with_fleet(history, now), holds=self.holds.current(now))
         if self.kube is None:
             return history
         # Restarts an earlier Lease holder decided count as if this replica had.
@@ -216,9 +221,10 @@ class Restarter:
         for index, decision in zip(waiting, confirmed, strict=True):
             outcomes[index] = decision
         now = self.clock()
-        for alert, outcome in zip(delivered.alerts, outcomes, strict=True):
+        for alert, as_judged, outcome in zip(delivered.alerts, alerts, outcomes, strict=True):
             if not isinstance(outcome, _Pending):
-                self.held.note(alert, outcome, delivered, now)
+                until = self._waits_until(as_judged, outcome, now)
+                self.held.note(alert, outcome, delivered, now, until)
         return [
             {
                 "alertname": alert.alertname,
@@ -229,6 +235,17 @@ class Restarter:
             for alert, decision in zip(alerts, outcomes, strict=True)
             if not isinstance(decision, _Pending)
         ]
+
+    def _waits_until(self, alert: Alert, decision: Decision | None, now: float) -> float | None:
+        """When an alert that waits for a time is to be judged again (None: it does not)."""
+        if decision is None:
+            return None
+        if decision.reason == "restart_window":
+            return self.windows.due_at(alert)
+        if decision.reason == "on_hold" and alert.target is not None:
+            hold = self.holds.current(now).get(alert.target)
+            return None if hold is None else hold.until
+        return None
 
     async def release_held(self) -> int:
         """Judge the held alerts again if no pause and no open breaker refuses them now (and
@@ -274,6 +291,15 @@ class Restarter:
         return Decision("skip", JOURNAL_UNWRITABLE, f"not acted on: {error}")
 
     def _resolve(self, alert: Alert, notification: Notification) -> None:
+        recovered = self.windows.close_resolved(alert, self.clock())
+        if recovered is not None:  # a near miss: journaled before the resolved row
+            self.journal.record_decision(
+                alert,
+                recovered,
+                self.clock(),
+                receiver=notification.receiver,
+                external_url=notification.external_url,
+            )
         self.journal.record_decision(
             alert,
             None,
@@ -316,6 +342,7 @@ class Restarter:
             decision = decide_confirmed(
                 alert, self.config, self._history(alert, now), now, confirmation
             )
+            decision = self.windows.apply(alert, target, decision, confirmation, now)
             return self._conclude(alert, decision, notification, target)
 
     async def _confirm(self, target: Target, asked_at: float) -> Confirmation:
@@ -394,3 +421,4 @@ class Restarter:
                 self.metrics.last_restart.labels(target=name).set(at)
         self.metrics.held_alerts.set(len(self.held))
         self.fleet.refresh_gauges()
+        self.holds.refresh_gauges()

@@ -104,6 +104,8 @@ def write_config(tmp_path: Path, targets: list[dict[str, Any]], **top: Any) -> R
         "token_file": "token",
         "journal": "journal.sqlite",
         "confirm": {"gap": "1s", "timeout": "2s"},
+        # No restart window unless a test asks for one: these tests are about what comes after.
+        "restart_after": "0s",
         "targets": targets,
     }
     document.update(top)

@@ -85,6 +85,7 @@ def write_config(
         "token_file": "token",
         "journal": "journal.sqlite",
         "confirm": {"gap": "1s", "timeout": "500ms"},
+        "restart_after": "0s",
         "kubernetes": kubernetes,
         "rules": [rule],
     }

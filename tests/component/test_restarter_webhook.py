@@ -293,13 +293,16 @@ async def test_healthy_and_metrics_names(tmp_path: Path) -> None:
         "stallwatch_restarter_paused",
         "stallwatch_restarter_stalled_targets",
         "stallwatch_restarter_held_alerts",
+        "stallwatch_restarter_restart_after_seconds",
+        "stallwatch_restarter_restart_windows",
+        "stallwatch_restarter_recovered_in_window_total",
     }
     assert 'stallwatch_restarter_restarts_total{result="success",target="gpu1"} 1.0' in text
     assert 'stallwatch_restarter_skips_total{reason="duplicate",target="gpu1"} 1.0' in text
     assert 'stallwatch_restarter_webhook_requests_total{code="200"} 2.0' in text
     assert 'stallwatch_restarter_budget_exhausted{target="gpu1"} 0.0' in text
     assert set(RESULTS) == {"success", "failure", "timeout"}
-    assert len(SKIP_REASONS) == 16
+    assert len(SKIP_REASONS) == 19
 
 
 async def test_journal_endpoint_validates_limit(tmp_path: Path) -> None:

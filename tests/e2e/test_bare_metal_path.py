@@ -63,6 +63,8 @@ WIRING = EXAMPLES / "wiring"
 # The install: the `stallwatch` command of the virtualenv running these tests.
 STALLWATCH = str(Path(sys.executable).parent / "stallwatch")
 INTERVAL = "1s"
+# The example's 5m window, scaled to 1 s polls as the intervals are.
+RESTART_AFTER = "5s"
 TIMEOUT = 60.0
 TOKEN = "bare-metal-token-0123456789abcdef"
 
@@ -135,6 +137,7 @@ def write_restarter_config(layout: Layout, ports: Ports) -> tuple[Path, str]:
         token_file=str(private_file(layout.path("etc/stallwatch/restarter.token"), TOKEN + "\n")),
         journal=str(layout.path("var/lib/stallwatch/journal.sqlite")),
         confirm={**document["confirm"], "gap": INTERVAL},
+        restart_after=RESTART_AFTER,
         targets=[target],
     )
     return write(layout.path("etc/stallwatch/restarter.yml"), document), target["name"]

@@ -64,6 +64,7 @@ def restarter_config(stack: FleetStack, tmp_path: Path, sim: Simulator) -> dict[
         "token_file": str(token_file),
         "journal": str(tmp_path / "journal.sqlite"),
         "confirm": {"gap": "1s", "timeout": "1s"},
+        "restart_after": "0s",
         "targets": [
             {
                 # The `target` label of /probe: the host:port discovery found.

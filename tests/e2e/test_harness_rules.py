@@ -304,6 +304,7 @@ def test_the_harness_changes_only_the_for_durations_of_the_rules() -> None:
         "LLMServerStuck": None,
         "LLMServerUnresponsive": None,
         "LLMServerHung": None,
+        "LLMServerRecoveredNearRestart": None,
         "LLMServerDown": "3s",
         "LLMServerRestartLoop": None,
         "StallwatchExporterDown": "2s",

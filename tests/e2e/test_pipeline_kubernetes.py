@@ -56,6 +56,7 @@ async def test_a_hung_pod_is_evicted_once_through_the_whole_chain(
                 "token_file": str(token_file),
                 "journal": str(tmp_path / "journal.sqlite"),
                 "confirm": {"gap": "1s", "timeout": "1s"},
+                "restart_after": "0s",
                 "kubernetes": {"kubeconfig": str(fake.kubeconfig(tmp_path))},
                 "rules": [
                     {

@@ -185,6 +185,7 @@ async def restarter_for(
         "token_file": str(token_file),
         "journal": str(tmp_path / "journal.sqlite"),
         "confirm": {"gap": "1s", "timeout": "1s"},
+        "restart_after": "0s",
         "targets": [
             {
                 "name": name,

@@ -43,7 +43,8 @@ from tests.real.scenario_support import (
     CONCURRENT_GENERATIONS,
     cancel_all,
     real_target,
-    start_generations,
+    sustained_generations,
+    wait_for_polls,
     wait_for_running,
 )
 from tests.real.vllm_server import RealVllmServer
@@ -125,6 +126,7 @@ async def running_restarter(
         "token_file": str(token_file),
         "journal": str(tmp_path / "journal.sqlite"),
         "confirm": {"gap": "1s", "timeout": "2s"},
+        "restart_after": "0s",
         "targets": [
             {
                 "name": NAME,
@@ -211,10 +213,14 @@ async def test_hung_real_engine_is_restarted_once_through_the_whole_chain(
             running_restarter(pipeline_stack, tmp_path, real_vllm) as restarter,
             exporter_on(pipeline_stack, real_vllm) as service,
         ):
-            load = start_generations(session, real_vllm.base_url)
+            # Idle first, its test request answered: a test request sent as the load arrives
+            # waits behind it, and the poll with it, for the whole test request timeout.
+            await wait_for_polls(service, NAME, State.IDLE, polls=1, timeout=STEP_TIMEOUT_S)
+            hung = asyncio.Event()
+            load = sustained_generations(session, real_vllm.base_url, hung)
             try:
                 await wait_for_running(session, real_vllm.base_url, CONCURRENT_GENERATIONS)
-                await wait_for_state(service, NAME, State.BUSY, polls=2, timeout=STEP_TIMEOUT_S)
+                await wait_for_polls(service, NAME, State.BUSY, polls=2, timeout=STEP_TIMEOUT_S)
                 await wait_for_query(
                     stack,
                     f'stallwatch_target_state{{target="{NAME}",state="busy"}} == 1',
@@ -224,6 +230,7 @@ async def test_hung_real_engine_is_restarted_once_through_the_whole_chain(
 
                 hung_at = time.time()
                 real_vllm.sigstop_engine()
+                hung.set()  # what is in flight now stays in flight: no generation is sent again
                 firing = await wait_for_query(
                     stack,
                     f'ALERTS{{alertname="LLMServerStuck",target="{NAME}",alertstate="firing"}}',

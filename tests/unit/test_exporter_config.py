@@ -181,6 +181,9 @@ def test_durations(text: str, seconds: float) -> None:
         "30s1m",
         "1s1s",
         "9999999999999999999y",
+        "\uff12h",  # a fullwidth 2: Prometheus takes ASCII digits only
+        "\u0661\u0665m",  # Arabic-Indic 15
+        "5m\n",
         3,
         1.5,
         float("nan"),

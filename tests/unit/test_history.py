@@ -124,3 +124,44 @@ def test_a_deferred_poll_does_not_move_the_progress_time() -> None:
     assert history.last_progress_at == 30.0
     assert history.state == State.IDLE
     assert history.state_polls == 2
+
+
+HUNG = Verdict(State.HUNG, "connected, no answer")
+RESTARTED = Verdict(State.RESTARTED, "new start time", restart_detected=True)
+
+
+def polls(*steps: tuple[float, Verdict]) -> TargetHistory:
+    """A history advanced by one poll per step, each with a reading taken at its time."""
+    history = TargetHistory()
+    for at, verdict in steps:
+        reading = None if verdict.state == State.HUNG else Reading(taken_at=at - 0.01)
+        history = history.advance(outcome(verdict, at, reading=reading))
+    return history
+
+
+def test_a_stall_is_measured_from_the_read_before_it() -> None:
+    """stall_seconds counts from the last read before the first stalled poll, through a hang."""
+    history = polls((0, BUSY), (15, STALLED), (30, STALLED), (45, HUNG))
+    assert history.stall_since is not None
+    assert round(history.stall_seconds) == 45
+    assert history.recovered_stalls == 0
+
+
+def test_a_stall_that_ends_by_itself_is_a_recovered_stall() -> None:
+    """A stall ended by progress counts once, with its length kept as the latest and longest."""
+    history = polls((0, BUSY), (15, STALLED), (30, STALLED), (45, STALLED), (60, BUSY))
+    assert history.stall_seconds == 0.0
+    assert history.stall_since is None
+    assert history.recovered_stalls == 1
+    assert round(history.last_recovered_stall_seconds or 0) == 45
+    history = polls((0, BUSY), (15, STALLED), (30, BUSY), (45, STALLED), (60, STALLED), (75, BUSY))
+    assert history.recovered_stalls == 2
+    assert round(history.last_recovered_stall_seconds or 0) == 30
+    assert round(history.longest_recovered_stall_seconds) == 30
+
+
+def test_a_restart_ends_a_stall_without_a_recovery() -> None:
+    """A stall ended by a new process is no near miss: it was restarted, not recovered."""
+    history = polls((0, BUSY), (15, STALLED), (30, STALLED), (45, RESTARTED), (60, BUSY))
+    assert history.recovered_stalls == 0
+    assert history.last_recovered_stall_seconds is None

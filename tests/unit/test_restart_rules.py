@@ -9,6 +9,7 @@ import yaml
 
 from stallwatch.core.classify import State
 from stallwatch.core.rules import (
+    HOLD_CLAUSE,
     HUNG_ALERT,
     POLLS_TO_FIRE,
     RESTART_ALERT_STATES,
@@ -64,6 +65,14 @@ def test_the_rule_file_says_what_the_core_evaluates(alertname: str) -> None:
     """Each restart rule in alerts.yml is its state's flag and the poll count the core uses."""
     expected = (
         f"stallwatch_target_state_polls >= {POLLS_TO_FIRE} and ignoring(state) "
-        f'stallwatch_target_state{{state="{RESTART_ALERT_STATES[alertname]}"}} == 1'
+        f'stallwatch_target_state{{state="{RESTART_ALERT_STATES[alertname]}"}} == 1 '
+        f"{HOLD_CLAUSE}"
     )
     assert rule_expressions()[alertname] == expected
+
+
+def test_a_hold_keeps_every_restart_alert_quiet() -> None:
+    """While a target's hold runs, no restart alert fires for it, whatever its state."""
+    for name, state in RESTART_ALERT_STATES.items():
+        assert restart_alert_fires(name, state, POLLS_TO_FIRE)
+        assert not restart_alert_fires(name, state, POLLS_TO_FIRE, held=True)

@@ -18,6 +18,7 @@ from stallwatch.common.restarter_config import (
 from stallwatch.core.alerts import Alert
 from stallwatch.core.confirmation import Confirmation, judge_reads
 from stallwatch.core.fleet import Controls
+from stallwatch.core.holds import Hold
 from stallwatch.core.policy import (
     CHECKS_PASSED,
     CONFIRMED,
@@ -33,6 +34,7 @@ from stallwatch.core.policy import (
 )
 from stallwatch.core.reading import parse_reading
 from tests.fixtures import real_payload
+from tests.unit.test_restart_window import WINDOW_CASES
 
 NOW = 1_800_000_000.0
 STARTS_AT = "2026-11-30T05:29:50.914142978Z"
@@ -114,6 +116,12 @@ CHEAP_CASES: list[tuple[str, Alert, History, str]] = [
         alert(),
         History(same_alert=(PastDecision(NOW - 60, "restart", CONFIRMED, blocked=True),)),
         "duplicate",
+    ),
+    (
+        "its target is held (a weight sync said so)",
+        alert(),
+        History(holds=MappingProxyType({"gpu1": Hold("gpu1", NOW - 10, NOW + 290, "sync")})),
+        "on_hold",
     ),
     ("restarted 5 minutes ago", alert(), History(restarts=(restarted("gpu1", 300),)), "cooldown"),
     (
@@ -370,7 +378,11 @@ def test_confirmation_never_turns_a_skip_into_a_restart() -> None:
 
 def test_every_skip_reason_is_covered_by_the_tables() -> None:
     """The tables above exercise every skip reason of the contract."""
-    covered = {case[3] for case in CHEAP_CASES} | {case[5] for case in CONFIRM_CASES}
+    covered = (
+        {case[3] for case in CHEAP_CASES}
+        | {case[5] for case in CONFIRM_CASES}
+        | {case[-1] for case in WINDOW_CASES}
+    )
     assert set(SKIP_REASONS) <= covered
 
 

@@ -29,6 +29,7 @@ CONTRACT_ALERTS = {
     "LLMServersMassStall",
     "StallwatchRestarterBreakerOpen",
     "StallwatchRestarterPaused",
+    "LLMServerRecoveredNearRestart",
 }
 
 
@@ -77,6 +78,7 @@ def test_rule_test_files_exist() -> None:
         "recording_test.yml",
         "restart_alerts_test.yml",
         "restarter_alerts_test.yml",
+        "window_alerts_test.yml",
     ]
 
 

@@ -184,6 +184,7 @@ class KubeSide:
             cooldown=rule.cooldown,
             budget=rule.budget,
             action_timeout=rule.action_timeout,
+            restart_after=rule.restart_after,
         )
 
     # --- history ----------------------------------------------------------------------------

@@ -1,0 +1,175 @@
+"""The restart window: a confirmed stall is restarted only once the restarter itself has seen it
+last `restart_after`, with nothing moving from its first look to its last.
+
+Telling people and restarting are two moments. The restart alerts fire after two polls; a
+healthy server can be silent far longer (a JIT compile, an autotune, a weight sync), so the
+restarter opens a window at its first confirmation and acts only when a confirmation at the
+window's end still shows the stall and nothing moved since the first one. Pure: `now` passed in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from stallwatch.common.restarter_config import Target
+from stallwatch.core.classify import classify
+from stallwatch.core.confirmation import Confirmation
+from stallwatch.core.policy import CONFIRMED, Decision
+from stallwatch.core.reading import Reading
+
+# Refusals of a confirmation that show the server moving: a window open for the alert closes as
+# recovered (a near miss).
+RECOVERY_REFUSALS = frozenset({"not_confirmed_progress", "not_confirmed_idle"})
+
+WindowStep = Literal["act", "wait"]
+
+
+@dataclass(frozen=True)
+class RestartWindow:
+    """One alert episode's window: opened at the first confirmation of its stall.
+
+    `first`: the later reading of that confirmation (None when the server gave none: hung).
+    """
+
+    alert: str
+    target: str
+    opened_at: float
+    restart_after: float
+    first: Reading | None = None
+
+    @property
+    def due_at(self) -> float:
+        return self.opened_at + self.restart_after
+
+    def remaining(self, now: float) -> float:
+        return max(0.0, self.due_at - now)
+
+
+@dataclass(frozen=True)
+class WindowJudgement:
+    """What a confirmed stall leads to: act now, or wait for the window (kept in `window`)."""
+
+    step: WindowStep
+    window: RestartWindow | None
+    detail: str
+
+
+def moved_since(first: Reading | None, last: Reading | None) -> str | None:
+    """What moved between the window's first reading and its last (None: nothing, or no two
+    readings to compare). A new process counts as movement: it is not the stall we saw."""
+    if first is None or last is None:
+        return None
+    verdict = classify(first, last)
+    if verdict.restart_detected:
+        return f"the server restarted ({verdict.reason})"
+    if verdict.progressed:
+        return verdict.reason
+    return None
+
+
+def judge_window(
+    window: RestartWindow | None,
+    *,
+    alert: str,
+    target: str,
+    restart_after: float,
+    confirmation: Confirmation,
+    now: float,
+) -> WindowJudgement:
+    """For an alert whose stall `confirmation` has just confirmed: act, or (keep) wait.
+
+    The first confirmation opens the window; one before its end keeps it; one at its end acts
+    if nothing moved since the first. A stall that moved in between and stalled again starts
+    a new window: the server showed life, so the silence is counted from the new stall.
+    """
+    if restart_after <= 0:
+        return WindowJudgement("act", None, "no restart window")
+    if window is None or window.alert != alert:
+        opened = RestartWindow(alert, target, now, restart_after, confirmation.reading)
+        return WindowJudgement(
+            "wait",
+            opened,
+            f"stall confirmed; restart only if it lasts {restart_after:g} s "
+            "(restart_after) with nothing moving",
+        )
+    moved = moved_since(window.first, confirmation.reading)
+    if moved is not None:
+        reopened = RestartWindow(alert, target, now, restart_after, confirmation.reading)
+        return WindowJudgement(
+            "wait",
+            reopened,
+            f"moved since the window opened {now - window.opened_at:.0f} s ago ({moved}), "
+            f"then stalled again; a new {restart_after:g} s window from now",
+        )
+    if now < window.due_at:
+        return WindowJudgement(
+            "wait",
+            window,
+            f"no progress for {now - window.opened_at:.0f} s of its {restart_after:g} s "
+            f"window; {window.remaining(now):.0f} s left",
+        )
+    return WindowJudgement(
+        "act",
+        None,
+        f"no progress for {now - window.opened_at:.0f} s (restart_after {restart_after:g} s)",
+    )
+
+
+@dataclass(frozen=True)
+class Windowed:
+    """A decision once the restart window has had its say.
+
+    `window`: the window to keep for the alert (None: none open any more). `recovered`: the
+    window this decision closed because the server moved (a near miss), if any.
+    """
+
+    decision: Decision
+    window: RestartWindow | None
+    recovered: RestartWindow | None = None
+
+
+def with_window(
+    decision: Decision,
+    window: RestartWindow | None,
+    *,
+    alert: str,
+    target: Target,
+    confirmation: Confirmation,
+    now: float,
+) -> Windowed:
+    """The final decision about a confirmed alert: a restart (or dry run) the window allows, a
+    wait, or a recovery that closes the window; any other decision passes unchanged."""
+    confirmed = decision.reason in (CONFIRMED, "dry_run")
+    if confirmed:
+        judged = judge_window(
+            window,
+            alert=alert,
+            target=target.name,
+            restart_after=target.restart_after,
+            confirmation=confirmation,
+            now=now,
+        )
+        if judged.step == "act":
+            detail = (
+                decision.detail
+                if target.restart_after <= 0
+                else f"{judged.detail}; {decision.detail}"
+            )
+            return Windowed(Decision(decision.action, decision.reason, detail), None)
+        return Windowed(
+            Decision("skip", "restart_window", f"{judged.detail}: {confirmation.detail}"),
+            judged.window,
+        )
+    if window is not None and window.alert == alert and decision.reason in RECOVERY_REFUSALS:
+        return Windowed(
+            Decision(
+                "skip",
+                "recovered_in_window",
+                f"recovered {now - window.opened_at:.0f} s into its {window.restart_after:g} s "
+                f"restart window, not restarted: {decision.detail}",
+            ),
+            None,
+            window,
+        )
+    return Windowed(decision, window)

@@ -1,0 +1,155 @@
+"""The restart windows open now, and the targets' holds: the restarter's memory and journal for
+"wait before acting". The decisions are `stallwatch.core.restart_window` and `core.holds`.
+
+Windows live in memory: after a restart of the restarter, the next delivery of a still-firing
+alert opens its window again (a stall is then restarted later, never sooner).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+
+from stallwatch.common.restarter_config import RestarterConfig, Target
+from stallwatch.core.alerts import Alert
+from stallwatch.core.confirmation import Confirmation
+from stallwatch.core.holds import Hold, current_holds, hold_refusal
+from stallwatch.core.policy import Decision, alert_key
+from stallwatch.core.restart_window import RestartWindow, with_window
+from stallwatch.restarter.journal import Journal
+from stallwatch.restarter.journal_reader import printable
+from stallwatch.restarter.metrics import RestarterMetrics
+
+log = logging.getLogger("stallwatch.restarter")
+
+# A window nobody judged again for this long past its end is forgotten (its alert was lost).
+FORGET_AFTER_SECONDS = 3600.0
+
+
+class RestartWindows:
+    """The windows of confirmed stalls, by alert episode."""
+
+    def __init__(self, metrics: RestarterMetrics) -> None:
+        self.metrics = metrics
+        self._open: dict[str, RestartWindow] = {}
+        self._longest: dict[str, float] = {}
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+    def due_at(self, alert: Alert) -> float | None:
+        window = self._open.get(alert_key(alert))
+        return None if window is None else window.due_at
+
+    def apply(
+        self,
+        alert: Alert,
+        target: Target,
+        decision: Decision,
+        confirmation: Confirmation,
+        now: float,
+    ) -> Decision:
+        """The decision once the alert's window has had its say (see `with_window`)."""
+        key = alert_key(alert)
+        windowed = with_window(
+            decision,
+            self._open.get(key),
+            alert=key,
+            target=target,
+            confirmation=confirmation,
+            now=now,
+        )
+        if windowed.window is None:
+            self._open.pop(key, None)
+        else:
+            self._open[key] = windowed.window
+        if windowed.recovered is not None:
+            self._count_recovered(windowed.recovered, now)
+        self._forget_stale(now)
+        return windowed.decision
+
+    def close_resolved(self, alert: Alert, now: float) -> Decision | None:
+        """The alert resolved: close its window, if one was open, as a recovery (a near miss)."""
+        window = self._open.pop(alert_key(alert), None)
+        self.metrics.restart_windows.set(len(self._open))
+        if window is None:
+            return None
+        self._count_recovered(window, now)
+        return Decision(
+            "skip",
+            "recovered_in_window",
+            f"the alert resolved {now - window.opened_at:.0f} s into its "
+            f"{window.restart_after:g} s restart window: the server recovered by itself and "
+            "was not restarted",
+        )
+
+    def _count_recovered(self, window: RestartWindow, now: float) -> None:
+        lasted = now - window.opened_at
+        self.metrics.recovered_in_window.labels(target=window.target).inc()
+        if lasted > self._longest.get(window.target, -1.0):
+            self._longest[window.target] = lasted
+            self.metrics.longest_recovered.labels(target=window.target).set(lasted)
+        log.warning(
+            "recovered_in_window target=%s: the stall ended %.0f s into its %g s restart "
+            "window (a restart now would have been false)",
+            printable(window.target),
+            lasted,
+            window.restart_after,
+            extra={"target": window.target, "seconds": round(lasted, 3)},
+        )
+
+    def _forget_stale(self, now: float) -> None:
+        stale = [k for k, w in self._open.items() if now > w.due_at + FORGET_AFTER_SECONDS]
+        for key in stale:
+            del self._open[key]
+        self.metrics.restart_windows.set(len(self._open))
+
+
+class TargetHolds:
+    """Holds taken over HTTP or from the command line, kept in the journal."""
+
+    def __init__(
+        self,
+        journal: Journal,
+        metrics: RestarterMetrics,
+        config: Callable[[], RestarterConfig],
+        clock: Callable[[], float],
+    ) -> None:
+        self.journal = journal
+        self.metrics = metrics
+        self._config = config
+        self.clock = clock
+        self._shown: set[str] = set()
+
+    def current(self, now: float) -> Mapping[str, Hold]:
+        """The holds in force at `now`."""
+        since = now - self._config().max_hold - 1.0
+        return current_holds(self.journal.hold_events(since), now)
+
+    def hold(self, target: str, duration: float, detail: str) -> str | None:
+        """Hold `target` for `duration` seconds; why not (None: held)."""
+        refusal = hold_refusal(duration, self._config().max_hold)
+        if refusal is not None:
+            return refusal
+        self.journal.record_hold("hold", target, detail, self.clock(), duration=duration)
+        self.refresh_gauges()
+        log.warning("hold target=%s for %g s: %s", printable(target), duration, printable(detail))
+        return None
+
+    def release(self, target: str, detail: str) -> bool:
+        """End `target`'s hold; whether it had one."""
+        now = self.clock()
+        if target not in self.current(now):
+            return False
+        self.journal.record_hold("hold_released", target, detail, now)
+        self.refresh_gauges()
+        log.warning("hold_released target=%s: %s", printable(target), printable(detail))
+        return True
+
+    def refresh_gauges(self) -> None:
+        holds = self.current(self.clock())
+        for name in self._shown - set(holds):
+            self.metrics.hold_expiry.remove(name)
+        for name, hold in holds.items():
+            self.metrics.hold_expiry.labels(target=name).set(hold.until)
+        self._shown = set(holds)
