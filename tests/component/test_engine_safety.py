@@ -14,8 +14,10 @@ from stallwatch.common.exporter_config import ProbeConfig
 from stallwatch.core.classify import State
 from stallwatch.core.engines import PROFILES
 from stallwatch.exporter.check_cli import run_check
+from stallwatch.simulator.config import SimConfig
 from stallwatch.simulator.engines import ENGINES
 from stallwatch.simulator.load import run_load
+from stallwatch.simulator.server import SimServer
 from stallwatch.simulator.testing import running_simulator
 from tests.component.exporter_support import (
     exporter_for,
@@ -23,6 +25,7 @@ from tests.component.exporter_support import (
     record_histories,
     scrape,
     target,
+    wait_for_state,
     wait_until,
 )
 
@@ -106,3 +109,32 @@ async def test_trtllm_going_from_idle_to_busy_with_gauges_at_zero_gets_no_test_r
     assert all("idle is unprovable" in reason for _, reason in states[1:]), states
     assert check.history.probe_requests == 0
     assert check.as_json()["state"] == State.UNKNOWN
+
+
+async def test_a_trtllm_serve_replacing_a_vllm_at_the_same_address_is_identified_again() -> None:
+    """After a poll without a reading, auto asks `/v1/models` again: no trtllm `/metrics`."""
+    vllm = SimServer(SimConfig())
+    url = await vllm.start("127.0.0.1", 0)
+    port = vllm.port
+    trtllm = SimServer(SimConfig(engine="trtllm"))
+    try:
+        async with exporter_for(target(NAME, url)) as (service, _):
+            first = await record_histories(service, NAME, until=lambda h: h.polls >= 2, timeout=20)
+            await vllm.stop()  # the address answers nothing for a while: a poll reads down
+            await wait_for_state(service, NAME, State.DOWN)
+            await trtllm.start("127.0.0.1", port)
+            after = await record_histories(
+                service,
+                NAME,
+                until=lambda h: h.baseline is not None and h.baseline.engine_kind == "trtllm",
+                timeout=20,
+            )
+    finally:
+        await vllm.stop()
+        await trtllm.stop()
+    baseline = first[-1].baseline
+    assert baseline is not None
+    assert baseline.engine_kind == "vllm"
+    assert after[-1].state != State.DOWN
+    assert "GET /metrics" not in trtllm.requests_by_path, dict(trtllm.requests_by_path)
+    assert trtllm.requests_by_path["GET /v1/models"] >= 1
