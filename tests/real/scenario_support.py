@@ -33,13 +33,16 @@ LONG_GENERATION_TOKENS = 1500
 CONCURRENT_GENERATIONS = 4
 
 
-def real_target(name: str, url: str, interval: float = REAL_INTERVAL) -> TargetConfig:
-    """A target polled every `interval` seconds, with room for a slow test request."""
+def real_target(
+    name: str, url: str, interval: float = REAL_INTERVAL, *, timeout: float | None = None
+) -> TargetConfig:
+    """A target polled every `interval` seconds (each read given `timeout`, at most the
+    interval), with room for a slow test request."""
     return TargetConfig(
         name=name,
         url=url,
         interval_seconds=interval,
-        timeout_seconds=min(REAL_TIMEOUT, interval),
+        timeout_seconds=min(REAL_TIMEOUT if timeout is None else timeout, interval),
         probe=ProbeConfig(timeout_seconds=REAL_PROBE_TIMEOUT),
     )
 
@@ -90,6 +93,48 @@ def start_generations(
         asyncio.create_task(complete(session, base_url, word_prompt(prompt_words), max_tokens))
         for _ in range(count)
     ]
+
+
+async def keep_generating(
+    session: aiohttp.ClientSession,
+    base_url: str,
+    until: asyncio.Event,
+    *,
+    max_tokens: int = LONG_GENERATION_TOKENS,
+) -> int:
+    """One generation after another, each sent as soon as the last is answered, until `until`
+    is set; how many were answered. A fixed generation ends sooner on a faster CPU: this load
+    lasts as long as the test needs it, whatever the CPU."""
+    answered = 0
+    while not until.is_set():
+        await complete(session, base_url, word_prompt(8), max_tokens)
+        answered += 1
+    return answered
+
+
+def sustained_generations(
+    session: aiohttp.ClientSession,
+    base_url: str,
+    until: asyncio.Event,
+    *,
+    count: int = CONCURRENT_GENERATIONS,
+) -> list[asyncio.Task[int]]:
+    """`count` concurrent `keep_generating` loops: `count` requests in flight until `until`."""
+    return [asyncio.create_task(keep_generating(session, base_url, until)) for _ in range(count)]
+
+
+async def wait_for_polls(
+    service: ExporterService, name: str, state: State, *, polls: int, timeout: float
+) -> TargetHistory:
+    """Until `name` has read `state` `polls` times in a row; a timeout says every state it
+    went through meanwhile (with its reason)."""
+    seen = await record_histories(
+        service,
+        name,
+        until=lambda h: h.state == state and h.state_polls >= polls,
+        timeout=timeout,
+    )
+    return seen[-1]
 
 
 async def cancel_all(tasks: Iterable[asyncio.Task[Any]]) -> None:
