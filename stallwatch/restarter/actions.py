@@ -29,6 +29,13 @@ from stallwatch.common.restarter_config import (
     SystemdAction,
     Target,
 )
+from stallwatch.restarter.stop_reports import (
+    SYSTEMD_STOP_PROPERTIES,
+    docker_detail,
+    docker_kill_time,
+    killed_after_the_grace,
+    systemd_detail,
+)
 
 if TYPE_CHECKING:
     from stallwatch.restarter.kube.action import PodRestarter
@@ -132,46 +139,31 @@ async def run_argv(argv: list[str], target_name: str) -> tuple[bool, str]:
 # How long the engine's event log is read after a restart, at most (a socket proxy may not
 # pass /events, or an engine may stream past `until`): the restart is done by then anyway.
 DOCKER_EVENTS_SECONDS = 5.0
-_SIGKILL_NAMES = frozenset({str(int(signal.SIGKILL)), "SIGKILL", "KILL"})
-# A process that SIGKILL ended exits with 128 + 9, as the engines report it.
-_KILLED_EXIT_CODE = str(128 + int(signal.SIGKILL))
+# How long `systemctl show` and `journalctl` may take after a systemd restart, each.
+SYSTEMD_QUERY_SECONDS = 5.0
 
 
-def docker_kill_time(event: object, container: str) -> float | None:
-    """When one Docker Engine API event says `container` was SIGKILLed (Unix seconds), else
-    None. Docker logs a `kill` event per signal it sends (its `signal` attribute); Docker and
-    podman both log a `die` event with the exit code (137: SIGKILL)."""
-    if not isinstance(event, dict) or event.get("Type", "container") != "container":
-        return None
-    actor = event.get("Actor")
-    if not isinstance(actor, dict):
-        return None
-    attributes = actor.get("Attributes")
-    attributes = attributes if isinstance(attributes, dict) else {}
-    identity = str(actor.get("ID", ""))
-    # The action may name the container by its id, or by a short id (12 characters or more).
-    by_id = identity == container or (len(container) >= 12 and identity.startswith(container))
-    if attributes.get("name") != container and not by_id:
-        return None
-    action = event.get("Action", event.get("status"))
-    if action == "kill":
-        killed = str(attributes.get("signal", "")) in _SIGKILL_NAMES
-    elif action in ("die", "died"):
-        code = attributes.get("exitCode", attributes.get("containerExitCode"))
-        killed = str(code) == _KILLED_EXIT_CODE
-    else:
-        killed = False
-    at = event.get("timeNano", event.get("time"))
-    if not killed or isinstance(at, bool) or not isinstance(at, int | float):
-        return None
-    return at / 1e9 if "timeNano" in event else float(at)
-
-
-def killed_after_the_grace(kill_times: list[float], started: float, stop_timeout: int) -> bool:
-    """Whether a SIGKILL came once the grace had run out: not one at once (an image whose stop
-    signal is SIGKILL), nor one from before the restart. A second of slack for whole-second
-    event times."""
-    return any(at >= started + stop_timeout - 1.0 for at in kill_times)
+async def _query(argv: list[str]) -> str:
+    """A short query's output: '' when it cannot run, fails, or takes SYSTEMD_QUERY_SECONDS."""
+    try:
+        process = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL,
+        )
+    except OSError:
+        return ""
+    try:
+        async with asyncio.timeout(SYSTEMD_QUERY_SECONDS):
+            output, _ = await process.communicate()
+    except TimeoutError:
+        return ""
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    return output.decode(errors="replace") if process.returncode == 0 else ""
 
 
 async def _docker_kill_times(
@@ -244,11 +236,26 @@ class ActionRunner:
         if isinstance(action, CommandAction):
             return await run_argv(list(action.argv), target.name)
         if isinstance(action, SystemdAction):
-            scope = ["--user"] if action.user else []
-            return await run_argv(["systemctl", *scope, "restart", action.unit], target.name)
+            return await self._systemd_restart(action, target.name)
         if isinstance(action, DockerAction):
             return await self._docker_restart(action)
         return await self._http_request(action, target.name)
+
+    async def _systemd_restart(self, action: SystemdAction, target_name: str) -> tuple[bool, str]:
+        """`systemctl [--user] restart UNIT`; then the unit's stop bound (`systemctl show`) and
+        whether its journal shows that systemd had to SIGKILL, for the detail."""
+        scope = ["--user"] if action.user else []
+        since = time.time()
+        succeeded, detail = await run_argv(
+            ["systemctl", *scope, "restart", action.unit], target_name
+        )
+        properties = [arg for name in SYSTEMD_STOP_PROPERTIES for arg in ("-p", name)]
+        show = await _query(["systemctl", *scope, "show", *properties, action.unit])
+        since_arg = f"--since=@{math.floor(since)}"
+        journal = await _query(
+            ["journalctl", *scope, "--unit", action.unit, since_arg, "--output=cat", "--quiet"]
+        )
+        return succeeded, systemd_detail(detail, show, journal)
 
     def _docker_session(self, socket_path: str) -> aiohttp.ClientSession:
         session = self._docker_sessions.get(socket_path)
@@ -276,11 +283,9 @@ class ActionRunner:
         ) as response:
             body = await response.content.read(64 * 1024)
             if response.status == 204:
-                detail = f"docker restarted {action.container} (t={stop_timeout})"
                 kills = await _docker_kill_times(session, action.container, since, time.time())
-                if stop_timeout > 0 and killed_after_the_grace(kills, since, stop_timeout):
-                    detail += f": it ignored SIGTERM: SIGKILL after {stop_timeout} s"
-                return True, detail
+                killed = killed_after_the_grace(kills, since, stop_timeout)
+                return True, docker_detail(action.container, stop_timeout, killed)
             message = _tail(body)
             with contextlib.suppress(ValueError):
                 answer = json.loads(body)

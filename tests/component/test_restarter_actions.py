@@ -199,7 +199,8 @@ async def test_docker_rounds_a_sub_second_stop_timeout_up(tmp_path: Path) -> Non
 async def test_systemd_runs_systemctl_restart_unit(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """systemd: `systemctl [--user] restart UNIT` runs as an argv (a fake systemctl records it)."""
+    """systemd: `systemctl [--user] restart UNIT` runs as an argv (a fake systemctl records it);
+    the detail states the unit's stop bound, as `systemctl show` gives it."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     record = tmp_path / "systemctl-calls"
@@ -207,11 +208,16 @@ async def test_systemd_runs_systemctl_restart_unit(
     fake_systemctl.write_text(
         f"#!{sys.executable}\n"
         "import json, os, sys\n"
+        "if 'show' in sys.argv:\n"
+        "    print('TimeoutStopUSec=30s\\nKillMode=control-group\\nSendSIGKILL=yes')\n"
+        "    sys.exit(0)\n"
         f"with open({str(record)!r}, 'a') as f:\n"
         "    f.write(json.dumps([sys.argv[1:], os.environ.get('STALLWATCH_TARGET')]) + '\\n')\n"
         "sys.exit(1 if 'broken.service' in sys.argv else 0)\n"
     )
     fake_systemctl.chmod(fake_systemctl.stat().st_mode | stat.S_IXUSR)
+    (bin_dir / "journalctl").write_text("#!/bin/sh\nexit 0\n")  # an empty journal
+    (bin_dir / "journalctl").chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     async with fake_vllm("stalled") as fake:
         config = write_config(
@@ -232,8 +238,11 @@ async def test_systemd_runs_systemctl_restart_unit(
             for name in ("gpu1", "gpu2", "gpu3"):
                 await post_alerts(client, payload(alert(name, fingerprint=name)))
                 await settle(restarter)
-                results.append(last_result(restarter)["result"])
-    assert results == ["success", "success", "failure"]
+                results.append(last_result(restarter))
+    assert [result["result"] for result in results] == ["success", "success", "failure"]
+    assert results[0]["detail"] == (
+        "systemctl exited 0; its stop: SIGTERM to the control-group, SIGKILL after 30s"
+    )
     calls = [json.loads(line) for line in record.read_text().splitlines()]
     assert calls == [
         [["restart", "vllm@gpu1.service"], "gpu1"],

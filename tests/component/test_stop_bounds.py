@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import io
+import os
 import signal
+import sys
 import threading
 import time
 from pathlib import Path
@@ -165,6 +167,43 @@ async def test_http_action_journals_what_the_receiver_says_about_its_kill(tmp_pa
         f"answered 200: pid {server.pid} ignored SIGTERM: SIGKILL after 1 s"
     ), result
     assert server.returncode == -signal.SIGKILL
+
+
+async def test_systemd_action_journals_a_stop_systemd_had_to_kill(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """systemd: when the unit's journal since the restart has systemd's "State 'stop-sigterm'
+    timed out. Killing.", the journaled detail says the kill and its bound (TimeoutStopSec).
+    systemd cannot run here: systemctl and journalctl are stand-ins printing what they print."""
+    bin_dir = fresh_dir(tmp_path / "bin")
+    asked = tmp_path / "journalctl-args"
+    write_program(
+        bin_dir / "systemctl",
+        "import sys\n"
+        "if 'show' in sys.argv:\n"
+        "    print('TimeoutStopUSec=30s\\nKillMode=control-group\\nSendSIGKILL=yes')\n",
+    )
+    write_program(
+        bin_dir / "journalctl",
+        "import sys\n"
+        f"open({str(asked)!r}, 'w').write(' '.join(sys.argv[1:]))\n"
+        "print('Stopping vLLM server gpu1...')\n"
+        "print(\"vllm@gpu1.service: State 'stop-sigterm' timed out. Killing.\")\n",
+    )
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    before = int(time.time())
+    result = await restart_once(tmp_path, {"kind": "systemd", "unit": "vllm@gpu1.service"})
+    assert result["result"] == "success", result
+    assert result["detail"] == "systemctl exited 0: it ignored SIGTERM: SIGKILL after 30s"
+    arguments = asked.read_text().split()
+    assert arguments[:2] == ["--unit", "vllm@gpu1.service"]
+    since = int(next(a for a in arguments if a.startswith("--since=@")).split("@")[1])
+    assert before - 1 <= since <= time.time()  # this restart's lines only
+
+
+def write_program(path: Path, body: str) -> None:
+    path.write_text(f"#!{sys.executable}\n{body}")
+    path.chmod(0o755)
 
 
 def test_managed_process_stop_says_whether_it_had_to_kill(tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
 """The kill bounds of the actions: the kubernetes grace period's config checks, the stated
-bound of a pod's stop, and which Docker Engine events mean the engine had to SIGKILL."""
+bound of a pod's stop, which Docker Engine events mean the engine had to SIGKILL, and what a
+systemd unit's stop settings and journal say."""
 
 from __future__ import annotations
 
@@ -13,8 +14,13 @@ from stallwatch.common.config import ConfigError
 from stallwatch.common.config_files import load_restarter_config
 from stallwatch.common.kubernetes_config import KubernetesAction
 from stallwatch.core.pod_rules import PodFacts
-from stallwatch.restarter.actions import docker_kill_time, killed_after_the_grace
 from stallwatch.restarter.kube.action import stop_bound
+from stallwatch.restarter.stop_reports import (
+    docker_detail,
+    docker_kill_time,
+    killed_after_the_grace,
+    systemd_detail,
+)
 
 
 def load_with_action(tmp_path: Path, action: dict[str, Any]) -> Any:
@@ -149,3 +155,52 @@ def test_a_container_named_by_its_id_is_matched_by_id() -> None:
 def test_a_kill_counts_only_once_the_grace_has_run_out(kills: list[float], said: bool) -> None:
     """The detail says "ignored SIGTERM" only for a SIGKILL at (or after) the end of t."""
     assert killed_after_the_grace(kills, 1000.0, 30) is said
+
+
+def test_the_docker_detail_states_t_and_says_when_it_killed() -> None:
+    """The bound (t) always; the kill marker only when the engine had to kill."""
+    assert docker_detail("vllm-a", 30, False) == "docker restarted vllm-a (t=30)"
+    assert docker_detail("vllm-a", 30, True) == (
+        "docker restarted vllm-a (t=30): it ignored SIGTERM: SIGKILL after 30 s"
+    )
+    assert not killed_after_the_grace([1000.0], 1000.0, 0)  # t=0: SIGKILL at once, by design
+
+
+SHOWN = "TimeoutStopUSec=30s\nKillMode=control-group\nSendSIGKILL=yes\n"
+KILLED = (
+    "Stopping vLLM server gpu1...\nvllm@gpu1.service: State 'stop-sigterm' timed out. Killing.\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("show", "journal", "said"),
+    [
+        (SHOWN, "", "; its stop: SIGTERM to the control-group, SIGKILL after 30s"),
+        (SHOWN, KILLED, ": it ignored SIGTERM: SIGKILL after 30s"),
+        (
+            "TimeoutStopUSec=1min 30s\nKillMode=mixed\nSendSIGKILL=yes",
+            "",
+            ("; its stop: SIGTERM to the mixed, SIGKILL after 1min 30s"),
+        ),
+        (SHOWN.replace("=yes", "=no"), "", "; its stop: SIGTERM, never SIGKILL (SendSIGKILL=no)"),
+        (
+            SHOWN.replace("30s", "infinity"),
+            "",
+            "; its stop: SIGTERM, never SIGKILL (TimeoutStopSec=infinity)",
+        ),
+        (
+            SHOWN.replace("control-group", "process"),
+            "",
+            "; its stop: SIGTERM to the process, SIGKILL after 30s "
+            "(KillMode=process leaves the unit's other processes running)",
+        ),
+        ("", "", ""),  # systemctl show gave nothing (no systemd here, or no right to ask)
+        ("", KILLED, ": it ignored SIGTERM: SIGKILL after TimeoutStopSec"),
+    ],
+)
+def test_the_systemd_detail_states_the_units_bound_or_the_kill(
+    show: str, journal: str, said: str
+) -> None:
+    """The unit's journal line about a timed-out stop is the kill; else the bound from
+    `systemctl show`, with what makes it no bound (SendSIGKILL=no, infinity) named."""
+    assert systemd_detail("systemctl exited 0", show, journal) == "systemctl exited 0" + said
