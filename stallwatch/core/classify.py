@@ -348,6 +348,19 @@ def classify(previous: Reading | None, current: Reading) -> Verdict:
     )
 
 
+def held_by_engine_fault_tolerance(verdict: Verdict, faulted: tuple[str, ...]) -> Verdict:
+    """A stall or an idle test request the engine's own fault tolerance explains: it holds
+    `faulted` engines for its orchestrator's recovery. Unknown, with no test request: not ours
+    to test or restart while that recovery may still come."""
+    if not faulted or not (verdict.state == State.STALLED or verdict.probe_needed):
+        return verdict
+    reason = (
+        f"the engine's fault tolerance holds {', '.join(faulted)} for its orchestrator's "
+        f"recovery; no test request, no restart (was: {verdict.reason})"
+    )
+    return replace(verdict, state=State.UNKNOWN, probe_needed=False, reason=reason)
+
+
 def with_probe_result(verdict: Verdict, succeeded: bool, detail: str) -> Verdict:
     """Settle a verdict that waited for an idle test request."""
     if not verdict.probe_needed:

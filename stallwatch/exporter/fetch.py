@@ -22,6 +22,7 @@ from stallwatch import USER_AGENT
 from stallwatch.common.exporter_config import ProbeEndpoint
 from stallwatch.core.engines import AUTO, PROFILES, model_owners
 from stallwatch.core.engines.llamacpp import START_HEADER
+from stallwatch.core.engines.profile import faulted_engines
 from stallwatch.core.reading import Reading, parse_reading, with_start_marker
 
 DEFAULT_MAX_BYTES = 8 * 1024 * 1024
@@ -230,6 +231,35 @@ async def engine_sleeps(
     if check.equals is not None:
         return value == check.equals
     return value if isinstance(value, bool) else None
+
+
+async def engine_faults(
+    session: aiohttp.ClientSession, base_url: str, engine_kind: str | None, *, timeout: float
+) -> tuple[str, ...]:
+    """The engines the engine's own fault tolerance says it holds faulted (vLLM
+    `/fault_tolerance/status`); empty when it has no such endpoint, the feature is off (404) or
+    the answer says nothing."""
+    profile = PROFILES.get(engine_kind or "")
+    check = profile.fault_status if profile is not None else None
+    if check is None:
+        return ()
+    try:
+        async with session.get(
+            join_url(base_url, check.path),
+            headers=default_headers(),
+            timeout=aiohttp.ClientTimeout(total=timeout),
+            allow_redirects=False,
+        ) as response:
+            if response.status != 200:
+                return ()
+            body = await _read_body(response, 1024 * 1024)
+    except (TimeoutError, aiohttp.ClientError):
+        return ()
+    try:
+        document = json.loads(body or b"")
+    except ValueError:
+        return ()
+    return faulted_engines(check, document)
 
 
 async def send_probe(

@@ -13,7 +13,15 @@ import time
 import aiohttp
 
 from stallwatch.common.exporter_config import TargetConfig
-from stallwatch.core.classify import State, Verdict, classify, down, hung, with_probe_result
+from stallwatch.core.classify import (
+    State,
+    Verdict,
+    classify,
+    down,
+    held_by_engine_fault_tolerance,
+    hung,
+    with_probe_result,
+)
 from stallwatch.core.engines import AUTO, auto_metrics_path, identify
 from stallwatch.core.history import PollOutcome
 from stallwatch.core.probe import probe_deferred, probe_due, settle_probe
@@ -24,6 +32,7 @@ from stallwatch.exporter.fetch import (
     ReadResult,
     allows_test_request,
     ask_models,
+    engine_faults,
     engine_sleeps,
     join_url,
     models_answer,
@@ -129,6 +138,11 @@ async def poll_once(
         return outcome(verdict, reading, error_reason=parse_error)
 
     verdict = classify(baseline, reading)
+    if verdict.state == State.STALLED or verdict.probe_needed:
+        faulted = await engine_faults(
+            session, target.url, reading.engine_kind, timeout=target.timeout_seconds
+        )
+        verdict = held_by_engine_fault_tolerance(verdict, faulted)
     if not verdict.probe_needed:
         return outcome(verdict, reading)
     asleep = await engine_sleeps(

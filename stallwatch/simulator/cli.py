@@ -115,6 +115,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=defaults.sleep_idle_seconds,
         help="llama.cpp: sleep after this many idle seconds (< 0: never; default %(default)s)",
     )
+    parser.add_argument(
+        "--enable-fault-tolerance",
+        action="store_true",
+        help="vLLM: serve /fault_tolerance/status; the engine_fault fault holds the engine "
+        "faulted instead of killing it",
+    )
     add_logging_arguments(parser, log_help="log level (default: warning)", default_level="warning")
     parser.set_defaults(handler=_serve_command)
 
@@ -189,6 +195,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         engine=args.engine,
         initial_decodes=args.initial_decodes,
         sleep_idle_seconds=args.sleep_idle_seconds,
+        fault_tolerance=args.enable_fault_tolerance,
     )
 
 

@@ -32,6 +32,9 @@ class SimConfig:
     initial_decodes: int = 0
     # llama.cpp `--sleep-idle-seconds` (< 0: never sleeps).
     sleep_idle_seconds: float = -1.0
+    # vLLM `--enable-fault-tolerance`: `/fault_tolerance/status`, and the `engine_fault` fault
+    # holds the engine faulted (requests aborted, engine waiting) instead of killing it.
+    fault_tolerance: bool = False
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:

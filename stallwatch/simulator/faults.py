@@ -5,7 +5,10 @@
 process as SIGSTOP does (the engines stop, and every endpoint but `/sim/*` accepts and never
 answers); `api_hang` blocks only the API (an API server whose event loop is blocked: the engines
 go on, no endpoint but `/sim/*` answers); `slow` lowers the engines' speed; `recover` undoes
-those five; `crash` fails every request and closes the socket; `restart` fails every request and
+those five; `engine_fault` is an engine core whose busy loop raised: with fault tolerance on it
+aborts every request and waits (`/fault_tolerance/status` says `unhealthy`, the gauges keep their
+last values) until `recover`, without it it is a `crash`; `crash` fails every request and closes
+the socket; `restart` fails every request and
 starts every counter over, optionally with the port closed for `downtime_seconds`.
 """
 
@@ -20,7 +23,18 @@ from stallwatch.simulator.api import ENGINE_DEAD_MESSAGE, RequestFailed
 if TYPE_CHECKING:
     from stallwatch.simulator.server import SimServer
 
-FAULTS = ("hang", "hang_before_update", "freeze", "api_hang", "crash", "restart", "slow", "recover")
+FAULTS = (
+    "hang",
+    "hang_before_update",
+    "freeze",
+    "api_hang",
+    "engine_fault",
+    "crash",
+    "restart",
+    "slow",
+    "recover",
+)
+ABORTED_MESSAGE = "request aborted: the engine faulted and waits for recovery"
 RESTART_MESSAGE = "cannot schedule new futures after shutdown"
 
 
@@ -73,15 +87,20 @@ def inject(server: SimServer, fault: Fault) -> str:
     elif fault.name == "slow":
         for engine in server.engines:
             engine.tokens_per_second = fault.tokens_per_second
+    elif fault.name == "engine_fault" and server.config.fault_tolerance:
+        server.hung = True  # the busy loop waits for a `retry`; its last stats stay published
+        server.engine_status = "unhealthy"
+        server.fail_all(RequestFailed(500, "InternalServerError", ABORTED_MESSAGE))
     elif fault.name == "recover":
         server.hung = False
+        server.engine_status = "healthy"
         server.thaw()
         for engine in server.engines:
             engine.tokens_per_second = server.config.tokens_per_second
             engine.next_step_at = now
         server.fault = None
         return "recovered"
-    elif fault.name == "crash":
+    elif fault.name in ("crash", "engine_fault"):
         server.dead = True
         server.fail_all(RequestFailed(500, "InternalServerError", ENGINE_DEAD_MESSAGE))
         server.in_background(server.close_socket())

@@ -83,6 +83,8 @@ class SimServer:
         self.fault: str | None = None
         self.hung = False
         self.dead = False
+        # vLLM fault tolerance: "healthy", or "unhealthy" while `engine_fault` holds the engine.
+        self.engine_status = "healthy"
         self.down_until = 0.0
         self.engines: list[Engine] = []
         self.start_time = 0.0
@@ -115,6 +117,7 @@ class SimServer:
         self.requests_total = 0
         self.fault = None
         self.hung = False
+        self.engine_status = "healthy"
         self.thaw()
         self.dead = False
         if self.flavour is not None:

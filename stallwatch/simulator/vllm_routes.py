@@ -31,6 +31,20 @@ class VllmRoutes:
         router.add_post("/sleep", self.handle_sleep)
         router.add_post("/wake_up", self.handle_wake_up)
         router.add_get("/is_sleeping", self.handle_is_sleeping)
+        if self.server.config.fault_tolerance:
+            router.add_get("/fault_tolerance/status", self.handle_fault_tolerance_status)
+
+    async def handle_fault_tolerance_status(self, request: web.Request) -> web.Response:
+        """vLLM 0.33 `--enable-fault-tolerance`: the API server's cached status per engine."""
+        engines: list[dict[str, object]] = []
+        for index in range(len(self.server.engines)):
+            entry: dict[str, object] = {"id": index, "status": self.server.engine_status}
+            if self.server.engine_status != "healthy":
+                entry["fault_info"] = "RuntimeError"
+            engines.append(entry)
+        return web.json_response(
+            {"schema_version": 1, "total_engines": len(engines), "engines": engines}
+        )
 
     async def handle_health(self, request: web.Request) -> web.Response:
         if self.server.unavailable():

@@ -138,3 +138,32 @@ async def test_a_trtllm_serve_replacing_a_vllm_at_the_same_address_is_identified
     assert after[-1].state != State.DOWN
     assert "GET /metrics" not in trtllm.requests_by_path, dict(trtllm.requests_by_path)
     assert trtllm.requests_by_path["GET /v1/models"] >= 1
+
+
+async def test_a_vllm_engine_held_by_its_fault_tolerance_is_neither_stalled_nor_tested() -> None:
+    """A faulted engine waiting for its orchestrator reads unknown, gets no test request."""
+    async with running_simulator(fault_tolerance=True, max_num_seqs=2, tokens_per_second=40) as sim:
+        load = asyncio.create_task(
+            run_load(sim.url, concurrency=2, prompt_tokens=10, max_tokens=1_900, duration=60)
+        )
+        try:
+            await wait_until(lambda: sim.stats()["running"] == 2, what="two in flight")
+            async with exporter_for(target(NAME, sim.url, probe=EVERY_POLL)) as (service, url):
+                await wait_for_state(service, NAME, State.BUSY)
+                sim.server.apply_fault("engine_fault", {})
+                start = history(service, NAME).polls
+                held = await record_histories(
+                    service, NAME, until=lambda h: h.polls >= start + 5, timeout=20
+                )
+                metrics = await scrape(url)
+        finally:
+            load.cancel()
+            await asyncio.gather(load, return_exceptions=True)
+    states = [(h.state, h.verdict.reason if h.verdict else "") for h in held]
+    print(states, dict(sim.server.requests_by_path))
+    assert State.STALLED not in {state for state, _ in states}, states
+    assert held[-1].state == State.UNKNOWN
+    assert "fault tolerance holds engine 0 unhealthy" in states[-1][1]
+    assert metrics[("stallwatch_probe_requests_total", (("target", NAME),))] == 0
+    assert "GET /fault_tolerance/status" in sim.server.requests_by_path
+    assert "POST /fault_tolerance/apply" not in sim.server.requests_by_path

@@ -93,6 +93,35 @@ class SleepCheck:
 
 
 @dataclass(frozen=True)
+class FaultStatus:
+    """A safe endpoint where the engine's own fault tolerance says which of its engines it holds
+    faulted: a JSON object whose `engines` list has one `{id, status}` per engine (`healthy`
+    when nothing is wrong, `fault_info` naming the fault). 404: the feature is off."""
+
+    path: str
+    healthy: str = "healthy"
+
+
+def faulted_engines(check: FaultStatus, document: object) -> tuple[str, ...]:
+    """The engines `document` reports not healthy, each as `engine <id> <status> (<fault>)`;
+    empty when all are healthy or the document is not such a report."""
+    engines = document.get("engines") if isinstance(document, dict) else None
+    if not isinstance(engines, list):
+        return ()
+    faulted: list[str] = []
+    for entry in engines:
+        if not isinstance(entry, dict):
+            continue
+        status = entry.get("status")
+        if not isinstance(status, str) or status == check.healthy:
+            continue
+        fault = entry.get("fault_info")
+        detail = f" ({fault})" if isinstance(fault, str) and fault else ""
+        faulted.append(f"engine {entry.get('id', '?')} {status}{detail}")
+    return tuple(faulted)
+
+
+@dataclass(frozen=True)
 class EngineProfile:
     kind: str
     title: str
@@ -123,6 +152,9 @@ class EngineProfile:
     # The idle test requests the engine accepts (`max_tokens: 1`), by path; empty: none.
     test_paths: frozenset[str] = frozenset()
     sleep_check: SleepCheck | None = None
+    # Asked before a stall or an idle test request is reported (never otherwise): an engine its
+    # own fault tolerance holds faulted is recovering under its orchestrator, not ours to test.
+    fault_status: FaultStatus | None = None
     safe_endpoints: tuple[Endpoint, ...] = ()
     unsafe_endpoints: tuple[Endpoint, ...] = ()
     flat_while_legit: str = ""

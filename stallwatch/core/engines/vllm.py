@@ -6,6 +6,7 @@ from stallwatch.core.engines.profile import (
     OPENAI_TEST_PATHS,
     Endpoint,
     EngineProfile,
+    FaultStatus,
     Series,
     series,
 )
@@ -38,12 +39,24 @@ PROFILE = EngineProfile(
         Endpoint("GET", "/v1/models", "API server only"),
         Endpoint("GET", "/health", "API server and engine-alive flag; runs no generation"),
         Endpoint("GET", "/version", "API server only"),
+        Endpoint(
+            "GET",
+            "/fault_tolerance/status",
+            "with --enable-fault-tolerance: the API server's cached status of each engine",
+        ),
         Endpoint("POST", "/v1/completions", "the idle test request only (max_tokens 1)"),
     ),
     unsafe_endpoints=(
         Endpoint("POST", "/sleep", "puts the engine to sleep"),
         Endpoint("POST", "/pause", "dev mode: freezes or aborts requests"),
+        Endpoint("POST", "/fault_tolerance/apply", "starts a recovery of a faulted engine"),
     ),
+    # vllm 0.33 entrypoints/serve/fault_tolerance/api_router.py and v1/engine/core_client.py:
+    # with --enable-fault-tolerance, GET /fault_tolerance/status answers from the API server's
+    # cache (`engines: [{id, status: healthy|unhealthy|dead, fault_info}]`); an unhealthy
+    # engine has aborted its requests and waits up to engine_recovery_timeout_sec (120 s) for
+    # its orchestrator's `retry`, then the engine core exits.
+    fault_status=FaultStatus("/fault_tolerance/status"),
     flat_while_legit=(
         "a long chunked prefill with prefix-cache hits or tiny chunks (KV usage may not move); "
         "a dev-mode pause with mode=keep"
