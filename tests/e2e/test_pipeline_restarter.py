@@ -56,6 +56,11 @@ pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]
 SIM_ARGS = ("--max-num-seqs", "2", "--tokens-per-second", "40")
 HTTP = aiohttp.ClientTimeout(total=5)
+# The exporter's shipped poll interval, and a silence of the length vLLM's JIT compiles take.
+DEFAULT_INTERVAL = 15.0
+FREEZE_SECONDS = 70.0
+# The shipped 5 m window over 15 s polls, scaled to the test's 0.5 s polls (20 polls).
+SCALED_WINDOW = "6s"
 
 RESTART_SCRIPT = textwrap.dedent(
     '''\
@@ -172,9 +177,17 @@ def simulator(tmp_path: Path, args: tuple[str, ...] = SIM_ARGS) -> Iterator[Simu
 
 @contextlib.asynccontextmanager
 async def restarter_for(
-    stack: RestarterStack, tmp_path: Path, name: str, sim: Simulator
+    stack: RestarterStack,
+    tmp_path: Path,
+    name: str,
+    sim: Simulator,
+    *,
+    restart_after: str | None = "0s",
+    gap: str = "1s",
 ) -> AsyncIterator[Restarter]:
-    """`stallwatch restarter --config FILE` on the stack's restarter port, stopped at the end."""
+    """`stallwatch restarter --config FILE` on the stack's restarter port, stopped at the end.
+
+    `restart_after` None leaves the shipped default window (5m); by default there is none."""
     script = tmp_path / "restart_simulator.py"
     script.write_text(RESTART_SCRIPT)
     token_file = tmp_path / "restarter.token"
@@ -184,8 +197,8 @@ async def restarter_for(
         "listen": stack.restarter_address,
         "token_file": str(token_file),
         "journal": str(tmp_path / "journal.sqlite"),
-        "confirm": {"gap": "1s", "timeout": "1s"},
-        "restart_after": "0s",
+        "confirm": {"gap": gap, "timeout": "1s"},
+        **({} if restart_after is None else {"restart_after": restart_after}),
         "targets": [
             {
                 "name": name,
@@ -236,8 +249,10 @@ async def loaded(
         await asyncio.gather(load, return_exceptions=True)
 
 
-async def wait_until_busy(stack: RestarterStack, service: ExporterService, name: str) -> None:
-    await wait_for_state(service, name, State.BUSY, polls=2)
+async def wait_until_busy(
+    stack: RestarterStack, service: ExporterService, name: str, interval: float = 0.5
+) -> None:
+    await wait_for_state(service, name, State.BUSY, polls=2, timeout=3 * interval + TIMEOUT)
     await seen_in_state(stack, name, "busy")
     await stack.wait_for_query('up{job="stallwatch-restarter"} == 1', TIMEOUT)
 
@@ -314,6 +329,98 @@ async def test_a_hang_is_restarted_once_and_the_server_comes_back(
     assert State.STALLED not in [state for state, _ in after]
     assert f'stallwatch_restarter_restarts_total{{result="success",target="{name}"}} 1.0' in metrics
     assert f'stallwatch_restarter_restarts_total{{result="failure",target="{name}"}} 0.0' in metrics
+
+
+async def test_a_70_s_freeze_that_ends_by_itself_is_never_restarted_at_the_defaults(
+    restarter_stack: RestarterStack, tmp_path: Path
+) -> None:
+    """At the shipped defaults (15 s polls, 5 s gap, 5 m window) a busy server frozen for 70 s
+    (a JIT compile) tells people, is never restarted, and is counted and journaled a near miss."""
+    stack, name = restarter_stack, unique("gpu-jit")
+    with simulator(tmp_path) as sim:
+        first_pid = sim.pid
+        async with (
+            aiohttp.ClientSession(timeout=HTTP) as session,
+            restarter_for(stack, tmp_path, name, sim, restart_after=None, gap="5s") as restarter,
+            loaded(sim, session, concurrency=2),
+            exporter_on_stack(stack, target(name, sim.url, interval=DEFAULT_INTERVAL)) as service,
+        ):
+            await wait_until_busy(stack, service, name, DEFAULT_INTERVAL)
+            frozen_at = time.time()
+            await sim.fault(session, "hang")
+            states = await record_polls(
+                service,
+                name,
+                lambda h: h.state == State.STALLED and h.state_polls >= 2,
+                3 * DEFAULT_INTERVAL + TIMEOUT,
+            )
+            await stack.wait_for_query(
+                f'ALERTS{{alertname="LLMServerStuck",alertstate="firing",target="{name}"}}',
+                TIMEOUT,
+            )
+            told_at = time.time()
+
+            async def window_opened() -> list[dict[str, Any]] | None:
+                entries = await restarter.journal(session)
+                waiting = [e for e in entries if e["reason"] == "restart_window"]
+                return entries if waiting else None
+
+            await poll(window_opened, TIMEOUT, f"the restart window\n{restarter.log_tail()}")
+            await asyncio.sleep(max(0.0, frozen_at + FREEZE_SECONDS - time.time()))
+            await sim.fault(session, "recover")
+
+            async def near_miss() -> list[dict[str, Any]] | None:
+                entries = await restarter.journal(session)
+                reasons = {e["reason"] for e in entries}
+                return entries if {"recovered_in_window", "resolved"} <= reasons else None
+
+            entries = await poll(
+                near_miss, 2 * DEFAULT_INTERVAL + TIMEOUT, f"the recovery\n{restarter.log_tail()}"
+            )
+            recorded = history(service, name)
+            metrics = await restarter.metrics(session)
+        assert sim.pid == first_pid  # never restarted
+    print(f"freeze -> people told: {told_at - frozen_at:.1f} s; recovered after {FREEZE_SECONDS} s")
+    assert not rows(entries, name, "restart")
+    assert not rows(entries, name, "action_result")
+    assert states[-1] == (State.STALLED, 2), states
+    assert recorded.recovered_stalls == 1
+    assert (recorded.last_recovered_stall_seconds or 0) >= FREEZE_SECONDS - 2 * DEFAULT_INTERVAL
+    assert f'stallwatch_restarter_recovered_in_window_total{{target="{name}"}} 1.0' in metrics
+
+
+async def test_a_hang_outlasting_its_window_is_restarted_once_after_it(
+    restarter_stack: RestarterStack, tmp_path: Path
+) -> None:
+    """A real hang is still restarted: the restarter waits out its window with no second
+    delivery, then restarts once (the shipped 5 m window scaled to the test's 0.5 s polls)."""
+    stack, name = restarter_stack, unique("gpu-hang-window")
+    with simulator(tmp_path) as sim:
+        first_pid = sim.pid
+        async with (
+            aiohttp.ClientSession(timeout=HTTP) as session,
+            restarter_for(stack, tmp_path, name, sim, restart_after=SCALED_WINDOW) as restarter,
+            loaded(sim, session, concurrency=2),
+            exporter_on_stack(stack, target(name, sim.url)) as service,
+        ):
+            await wait_until_busy(stack, service, name)
+            hung_at = time.time()
+            await sim.fault(session, "hang")
+
+            async def restarted() -> list[dict[str, Any]] | None:
+                entries = await restarter.journal(session)
+                return entries if rows(entries, name, "action_result") else None
+
+            entries = await poll(restarted, 60, f"a restart of {name}\n{restarter.log_tail()}")
+        assert first_pid != sim.pid
+    waiting = [e for e in entries if e["reason"] == "restart_window"]
+    (restart,) = rows(entries, name, "restart")
+    assert waiting
+    assert restart["time"] - min(e["time"] for e in waiting) >= 6.0
+    print(
+        f"hang -> window opened: {min(e['time'] for e in waiting) - hung_at:.1f} s; "
+        f"hang -> restart decision: {restart['time'] - hung_at:.1f} s (window {SCALED_WINDOW})"
+    )
 
 
 async def test_a_batch_load_is_never_restarted(
