@@ -10,7 +10,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from benchmarks import end_to_end, parsing, probe_mode, restarter_bench, scale
+from benchmarks import end_to_end, parsing, probe_mode, restart_window, restarter_bench, scale
 from benchmarks.common import Section
 
 BENCHMARKS: dict[str, Callable[[bool], Section]] = {
@@ -19,6 +19,7 @@ BENCHMARKS: dict[str, Callable[[bool], Section]] = {
     "e2e": end_to_end.run,
     "restarter": restarter_bench.run,
     "probe": probe_mode.run,
+    "window": restart_window.run,
 }
 
 

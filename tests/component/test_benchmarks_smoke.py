@@ -41,6 +41,11 @@ def test_quick_benchmarks_run_and_produce_sane_figures(tmp_path: Path) -> None:
     assert e2e["health_total"] > 0
     assert e2e["health_ok"] == e2e["health_total"]  # /health stays 200 on a hung engine
 
+    window = figures["window"]
+    # The quick run's window is 5 s: the restart comes at least that long after it opened.
+    assert window["hang_to_window"] < window["hang_to_restart"]
+    assert window["hang_to_restart"] - window["hang_to_window"] >= 5.0
+
     restarter = figures["restarter"]
     assert restarter["storm_restarts"] == 1
     assert restarter["storm_statuses"] == {"200": restarter["storm_count"]}
