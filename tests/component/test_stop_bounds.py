@@ -1,6 +1,7 @@
 """Every action ends a wedged server that ignores SIGTERM within the bound it states, and the
 journal says when the kill escalated: a real process that traps SIGTERM (tests/wedged.py)
-behind the command action, a Docker Engine API, the demo's supervisor and a Kubernetes API."""
+behind the command action, a Docker Engine API, an http receiver and the demo's supervisor;
+systemd's tools as stand-ins, and the grace period a Kubernetes API is sent."""
 
 from __future__ import annotations
 
