@@ -12,12 +12,18 @@ Pure model, no I/O and no real clock. One simulated server (the simulator's own 
   Prometheus and Alertmanager is modelled (scrape, evaluation, group_wait, group_interval,
   repeat_interval).
 
+The day holds legitimate silences as production does (`silences`): JIT compiles of unseen
+prompt shapes, an RL trainer's weight syncs (some held), an autotune on every start. The
+engine freezes and goes on by itself; a restart during one is a false restart. Stallwatch's
+way runs twice, with its restart window (`restart_after`, the real `with_window`) and with the
+old two-poll rule (`restart_after` 0), so the report puts both side by side.
+
 The engine advances `tokens_per_step` tokens per request per step (time scaled to match), so
 that a whole day runs in about a second; what the decisions read (which counters moved between
 two reads 15 s apart) is unchanged by that.
 
 Modules: `config` (the settings), `clock` (the virtual clock), `server` (the simulated server),
-`traffic` (the seeded plan and its replay), `old_way`, `stallwatch_way`, `day` (running both
+`traffic` (the seeded plan and its replay), `silences` (the seeded legitimate silences), `old_way`, `stallwatch_way`, `day` (running both
 ways), `report` (table and JSON), `cli` (`stallwatch replay`).
 
 With `--servers N --days D` the same package replays a fleet with correlated faults (network

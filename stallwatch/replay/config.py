@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from stallwatch.common.exporter_config import DEFAULT_PROBE_MIN_INTERVAL_SECONDS
+from stallwatch.common.restart_limits import DEFAULT_RESTART_AFTER
+
+# Which of the day's weight syncs the trainer takes a hold before.
+SyncHolds = Literal["always", "never", "alternate"]
 
 
 @dataclass(frozen=True)
@@ -30,6 +35,28 @@ class ReplayConfig:
     interactive_max_tokens: tuple[int, int] = (50, 400)
     hangs_per_day: float = 3.0
     min_hang_spacing_seconds: float = 2700.0
+    # Legitimate silences: the engine freezes with work present and goes on by itself.
+    # JIT compiles of a prompt shape (its prompt length in `compile_shape_tokens` buckets) the
+    # server has not seen: each new shape compiles with this probability (the kernel cache is
+    # on disk, so a restart forgets no shape); and shapes the traffic model does not draw
+    # (sampling settings, batch mixes), this many an hour, whenever work is present.
+    legitimate_silences: bool = True
+    compile_probability: float = 0.25
+    compile_shape_tokens: int = 128
+    compiles_per_hour: float = 0.25
+    compile_seconds: tuple[float, float] = (30.0, 70.0)
+    # An RL trainer pushing weights into the serving engine, on a schedule; before the syncs
+    # `weight_sync_holds` says, it holds the target for `weight_sync_hold_seconds` and releases
+    # the hold when the sync ends.
+    weight_sync_every_hours: float = 6.0
+    weight_sync_seconds: tuple[float, float] = (120.0, 300.0)
+    weight_sync_holds: SyncHolds = "alternate"
+    weight_sync_hold_seconds: float = 600.0
+    # Kernel autotune and CUDA-graph capture on every start after a restart. vLLM opens its
+    # port only once they are done (`start_autotune_port_open` False: the read is `down`, never
+    # restarted); True models a server that answers /metrics meanwhile with frozen counters.
+    start_autotune_seconds: tuple[float, float] = (206.0, 363.0)
+    start_autotune_port_open: bool = False
     # The old way.
     chat_check_interval: float = 300.0
     chat_check_timeout: float = 45.0
@@ -56,6 +83,13 @@ class ReplayConfig:
     budget_max_restarts: int = 3
     budget_window: float = 3600.0
     action_seconds: float = 2.0
+    # The restarter's restart window (0: the old two-poll rule, act at the first confirmation).
+    restart_after: float = DEFAULT_RESTART_AFTER
+    # Whether the restart alerts carry the hold clause (`restart_alerts(..., held=...)`); the
+    # restarter's own `on_hold` check holds either way.
+    rules_hold_clause: bool = True
+    # How often a restarter looks at the alerts that wait for a hold to end (RELEASE_CHECK_SECONDS).
+    release_check_seconds: float = 1.0
 
     @property
     def duration(self) -> float:

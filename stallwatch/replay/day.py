@@ -1,16 +1,18 @@
-"""Run one replayed day twice, the old way and stallwatch's way, and gather what each did."""
+"""Run one replayed day three times: the old way, stallwatch's way with its restart window, and
+stallwatch's way with the old two-poll rule (`restart_after` 0); gather what each did."""
 
 from __future__ import annotations
 
 import random
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from stallwatch.replay.clock import Scheduler
 from stallwatch.replay.config import ReplayConfig
 from stallwatch.replay.old_way import ErrorWatchdog, RequestWatchdog
 from stallwatch.replay.server import SimulatedServer
+from stallwatch.replay.silences import SilenceOutcome, SilencePlan, plan_silences
 from stallwatch.replay.stallwatch_way import Stallwatch
 from stallwatch.replay.traffic import Traffic, TrafficPlan, plan_traffic
 
@@ -48,6 +50,19 @@ class WayResult:
     completed_requests: int
     restarts_by: dict[str, int]
     restarter_skips: dict[str, int]
+    # False restarts of a server in a legitimate silence (it would have gone on by itself).
+    restarts_in_silence: int = 0
+    silences: tuple[SilenceOutcome, ...] = ()
+    # Near misses: confirmed stalls that recovered inside their restart window (the
+    # restarter's `recovered_in_window`), and stalls that ended by themselves as the exporter
+    # counts them (`recovered_stalls`, every stall however short).
+    recovered_in_window: int = 0
+    exporter_recovered_stalls: int = 0
+    longest_recovered_stall_seconds: float = 0.0
+    restart_after: float | None = None  # stallwatch's restart window (None: the old way)
+    # Test requests sent while the engine was in a silence (an idle weight sync: the gauges
+    # read 0, so an idle poll's test request goes out and waits for the sync to end).
+    test_requests_in_silence: int = 0
 
     @property
     def minutes_down(self) -> float:
@@ -57,20 +72,31 @@ class WayResult:
     def hangs_caught(self) -> int:
         return sum(1 for hang in self.hangs if hang.caught_after is not None)
 
+    @property
+    def catch_seconds(self) -> list[float]:
+        return [hang.caught_after for hang in self.hangs if hang.caught_after is not None]
+
 
 @dataclass(frozen=True)
 class ReplayResult:
+    """One day, three ways: `old` (watchdogs), `new` (stallwatch with its restart window), and
+    `two_poll` (stallwatch with `restart_after` 0, acting at the first confirmation)."""
+
     config: ReplayConfig
     old: WayResult
     new: WayResult
     hang_times: tuple[float, ...]
     batch_phases: tuple[tuple[float, float, int], ...]
+    two_poll: WayResult | None = None
+    silence_plan: SilencePlan | None = None
 
 
-def _run_way(config: ReplayConfig, plan: TrafficPlan, way: str) -> WayResult:
+def _run_way(
+    config: ReplayConfig, plan: TrafficPlan, silence_plan: SilencePlan, way: str
+) -> WayResult:
     scheduler = Scheduler()
-    server = SimulatedServer(config, scheduler)
-    Traffic(plan, server, scheduler).start()
+    server = SimulatedServer(config, scheduler, silence_plan)
+    Traffic(plan, server, scheduler, silence_plan).start()
     rng = random.Random(f"stallwatch-replay-phases-{config.seed}")
     stallwatch: Stallwatch | None = None
     if way == "old":
@@ -120,7 +146,8 @@ def _run_way(config: ReplayConfig, plan: TrafficPlan, way: str) -> WayResult:
         )
         for (start, stop), at_zero in zip(server.hangs, server.hangs_frozen_at_zero, strict=True)
     )
-    true_restarts = sum(1 for _t, _by, was_hung in server.restarts if was_hung)
+    true_restarts = sum(1 for _t, _by, was_hung, _silent in server.restarts if was_hung)
+    history = stallwatch.history if stallwatch is not None else None
     return WayResult(
         name=way,
         restarts=len(server.restarts),
@@ -134,20 +161,40 @@ def _run_way(config: ReplayConfig, plan: TrafficPlan, way: str) -> WayResult:
         minutes_hung=sum(hang.lasted for hang in hangs) / 60.0,
         hangs=hangs,
         completed_requests=server.completed,
-        restarts_by=dict(Counter(by for _t, by, _hung in server.restarts)),
-        restarter_skips=dict(stallwatch.skips) if stallwatch is not None else {},
+        restarts_by=dict(Counter(by for _t, by, _hung, _silent in server.restarts)),
+        restarter_skips=dict(sorted(stallwatch.skips.items())) if stallwatch is not None else {},
+        restarts_in_silence=sum(1 for *_rest, silent in server.restarts if silent),
+        silences=tuple(sorted(server.silences, key=lambda silence: silence.started_at)),
+        recovered_in_window=len(stallwatch.near_misses) if stallwatch is not None else 0,
+        exporter_recovered_stalls=0 if history is None else history.recovered_stalls,
+        longest_recovered_stall_seconds=(
+            0.0 if history is None else history.longest_recovered_stall_seconds
+        ),
+        restart_after=config.restart_after if way == "new" else None,
+        test_requests_in_silence=server.test_requests_in_silence,
     )
 
 
 def run_replay(config: ReplayConfig) -> ReplayResult:
-    """Replay the same day the old way and the new way; deterministic for a given config."""
+    """Replay the same day the old way, stallwatch's way with `config.restart_after`, and
+    stallwatch's way with the old two-poll rule (`restart_after` 0); deterministic for a
+    given config. With `restart_after` already 0 the last two are the same run, done once."""
     if config.hours <= 0 or config.load < 0 or config.tokens_per_step < 1:
         raise ValueError("hours must be > 0, load >= 0 and tokens_per_step >= 1")
     plan = plan_traffic(config)
+    silence_plan = plan_silences(config)
+    new = _run_way(config, plan, silence_plan, "new")
+    two_poll = (
+        new
+        if config.restart_after <= 0
+        else _run_way(replace(config, restart_after=0.0), plan, silence_plan, "new")
+    )
     return ReplayResult(
         config=config,
-        old=_run_way(config, plan, "old"),
-        new=_run_way(config, plan, "new"),
+        old=_run_way(config, plan, silence_plan, "old"),
+        new=new,
         hang_times=plan.hang_times,
         batch_phases=plan.batch_phases,
+        two_poll=two_poll,
+        silence_plan=silence_plan,
     )

@@ -6,6 +6,7 @@ from typing import Any
 
 from stallwatch.replay.config import ReplayConfig
 from stallwatch.replay.day import ReplayResult, WayResult
+from stallwatch.replay.silences import SilenceOutcome, SilencePlan
 
 
 def _way_document(way: WayResult) -> dict[str, Any]:
@@ -35,6 +36,25 @@ def _way_document(way: WayResult) -> dict[str, Any]:
             for hang in way.hangs
         ],
         "restarter_skips": way.restarter_skips,
+        "restart_after_seconds": way.restart_after,
+        "restarts_in_silence": way.restarts_in_silence,
+        "test_requests_in_silence": way.test_requests_in_silence,
+        "recovered_in_window": way.recovered_in_window,
+        "exporter_recovered_stalls": way.exporter_recovered_stalls,
+        "longest_recovered_stall_seconds": round(way.longest_recovered_stall_seconds, 1),
+        "silences": [_silence_document(silence) for silence in way.silences],
+    }
+
+
+def _silence_document(silence: SilenceOutcome) -> dict[str, Any]:
+    return {
+        "started_at_seconds": round(silence.started_at, 1),
+        "causes": list(silence.causes),
+        "seconds": round(silence.seconds, 1),
+        "held": silence.held,
+        "restarted_after_seconds": None
+        if silence.restarted_after is None
+        else round(silence.restarted_after, 1),
     }
 
 
@@ -52,6 +72,7 @@ def result_document(result: ReplayResult) -> dict[str, Any]:
         ],
         "old": _way_document(result.old),
         "new": _way_document(result.new),
+        "two_poll_rule": None if result.two_poll is None else _way_document(result.two_poll),
         "assumptions": assumptions(config),
     }
 
@@ -74,59 +95,96 @@ def _catch_times(way: WayResult) -> str:
     return ", ".join(parts) or "-"
 
 
+def _silences(way: WayResult) -> str:
+    cut = sum(1 for silence in way.silences if silence.restarted_after is not None)
+    return f"{len(way.silences)} ({cut} cut short)"
+
+
+def _near_misses(way: WayResult) -> str:
+    if way.restart_after is None:
+        return "-"
+    return f"{way.recovered_in_window} ({way.exporter_recovered_stalls})"
+
+
+def _window(seconds: float) -> str:
+    return f"{seconds / 60:g}m" if seconds >= 60 else f"{seconds:g}s"
+
+
+def _planned(plan: SilencePlan | None, result: ReplayResult) -> str:
+    if plan is None or not (plan.compiles or plan.compile_times or plan.weight_syncs):
+        return "legitimate silences: none planned"
+    held = sum(1 for sync in plan.weight_syncs if sync.held)
+    syncs = len(plan.weight_syncs)
+    config = result.config
+    return (
+        f"legitimate silences planned: {len(plan.compiles)} prompt shapes that compile when "
+        f"first seen and {len(plan.compile_times)} other compiles "
+        f"({config.compile_seconds[0]:g}-{config.compile_seconds[1]:g} s), {syncs} weight "
+        f"sync(s) ({held} held), an autotune on every start after a restart"
+    )
+
+
 def format_result(result: ReplayResult, elapsed: float | None = None) -> str:
-    """The old-vs-new table and the model's assumptions, as text."""
+    """The old way, stallwatch and stallwatch with the two-poll rule side by side, and the
+    model's assumptions, as text."""
     old, new = result.old, result.new
+    two = result.two_poll or new
+    ways = (old, new, two)
+
+    def row(name: str, value: Any) -> tuple[str, ...]:
+        return (name, *(str(value(way)) for way in ways))
+
     rows = [
-        ("restarts", str(old.restarts), str(new.restarts)),
-        ("  of a healthy server (false)", str(old.false_restarts), str(new.false_restarts)),
-        ("  of a hung server (true)", str(old.true_restarts), str(new.true_restarts)),
-        ("requests failed with HTTP 500", str(old.failed_500), str(new.failed_500)),
-        (
-            "requests refused while the model loaded",
-            str(old.refused_while_loading),
-            str(new.refused_while_loading),
-        ),
-        ("requests completed", str(old.completed_requests), str(new.completed_requests)),
-        ("test requests sent", str(old.test_requests), str(new.test_requests)),
-        (
-            "test requests sent to a busy server",
-            str(old.test_requests_to_busy_server),
-            str(new.test_requests_to_busy_server),
-        ),
-        (
+        row("restarts", lambda w: w.restarts),
+        row("  of a healthy server (false)", lambda w: w.false_restarts),
+        row("    of them in a legitimate silence", lambda w: w.restarts_in_silence),
+        row("  of a hung server (true)", lambda w: w.true_restarts),
+        row("requests failed with HTTP 500", lambda w: w.failed_500),
+        row("requests refused while the model loaded", lambda w: w.refused_while_loading),
+        row("requests completed", lambda w: w.completed_requests),
+        row("test requests sent", lambda w: w.test_requests),
+        row("test requests sent to a busy server", lambda w: w.test_requests_to_busy_server),
+        row("  sent during a legitimate silence", lambda w: w.test_requests_in_silence),
+        row(
             "minutes the model was down (loading + hung)",
-            f"{old.minutes_down:.0f} ({old.minutes_loading:.0f} + {old.minutes_hung:.0f})",
-            f"{new.minutes_down:.0f} ({new.minutes_loading:.0f} + {new.minutes_hung:.0f})",
+            lambda w: f"{w.minutes_down:.0f} ({w.minutes_loading:.0f} + {w.minutes_hung:.0f})",
         ),
-        (
-            "real hangs caught",
-            f"{old.hangs_caught} of {len(old.hangs)}",
-            f"{new.hangs_caught} of {len(new.hangs)}",
-        ),
-        ("time to catch each hang", _catch_times(old), _catch_times(new)),
+        row("real hangs caught", lambda w: f"{w.hangs_caught} of {len(w.hangs)}"),
+        row("time to catch each hang", _catch_times),
+        row("legitimate silences (cut short by a restart)", _silences),
+        row("near misses: recovered in the window (exporter)", _near_misses),
     ]
-    width = max(len(row[0]) for row in rows)
-    old_width = max(len("old way"), *(len(row[1]) for row in rows))
+    heads = (
+        "",
+        "old way",
+        f"stallwatch (restart_after {_window(result.config.restart_after)})",
+        "two-poll rule (restart_after 0)",
+    )
+    table = [heads, *rows]
+    widths = [max(len(line[i]) for line in table) for i in range(len(heads))]
     config = result.config
     lines = [
         f"stallwatch replay: {config.hours:g} h on one model server, seed {config.seed}, "
         f"batch load {config.load:g}",
         f"hangs at {', '.join(_clock(t) for t in result.hang_times) or 'none'}; "
         f"batch phases: {len(result.batch_phases)}",
+        _planned(result.silence_plan, result),
         "",
-        f"{'':<{width}}  {'old way':<{old_width}}  stallwatch",
     ]
-    lines += [f"{name:<{width}}  {a:<{old_width}}  {b}" for name, a, b in rows]
-    if any(hang.kind == "running_at_0" for hang in (*old.hangs, *new.hangs)):
+    lines += [
+        "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
+        for line in table
+    ]
+    if any(hang.kind == "running_at_0" for way in ways for hang in way.hangs):
         lines.append(
             "* hung idle: running and waiting frozen at 0, only a failing test request shows it"
         )
     by = ", ".join(f"{name} {count}" for name, count in sorted(old.restarts_by.items()))
     lines += ["", f"old way restarts by: {by or 'none'}"]
-    if new.restarter_skips:
-        skips = ", ".join(f"{k} {v}" for k, v in sorted(new.restarter_skips.items()))
-        lines.append(f"stallwatch restarter skips: {skips}")
+    for label, way in (("stallwatch", new), ("two-poll rule", two)):
+        if way.restarter_skips:
+            skips = ", ".join(f"{k} {v}" for k, v in sorted(way.restarter_skips.items()))
+            lines.append(f"{label} restarter skips: {skips}")
     lines += ["", "Assumptions:"]
     lines += [f"- {line}" for line in assumptions(config)]
     if elapsed is not None:
@@ -175,4 +233,45 @@ def assumptions(config: ReplayConfig) -> list[str]:
         f"{config.budget_window / 3600:g} h) and confirmation by two fresh reads "
         f"{config.confirm_gap:g} s apart",
         "requests failed / completed count the batch job's and users' requests, not test requests",
+        *silence_assumptions(config),
+    ]
+
+
+def silence_assumptions(config: ReplayConfig) -> list[str]:
+    """What the legitimate silences are, and where each comes from."""
+    if not config.legitimate_silences:
+        return ["no legitimate silences (legitimate_silences off)"]
+    holds = {
+        "always": "each with a hold",
+        "never": "none with a hold",
+        "alternate": "every other one with a hold",
+    }[config.weight_sync_holds]
+    port = (
+        "the port is open and /metrics answers with frozen counters meanwhile"
+        if config.start_autotune_port_open
+        else "vLLM opens its port only after them, so /metrics reads down (never restarted)"
+    )
+    return [
+        "legitimate silences: the engine freezes (counters and gauges still, requests accepted "
+        "and queued, so a read with work present is stalled) and goes on by itself unless "
+        "restarted; a restart during one is a false restart",
+        f"JIT compiles (ai-dynamo/dynamo#14735: 30-70 s mid-traffic): a prompt shape "
+        f"({config.compile_shape_tokens}-token prompt-length bucket) not seen before compiles "
+        f"with probability {config.compile_probability:g}, and {config.compiles_per_hour:g} "
+        "compiles an hour of shapes the traffic does not draw strike while work is present; "
+        f"{config.compile_seconds[0]:g}-{config.compile_seconds[1]:g} s each; the kernel cache "
+        "survives a restart",
+        f"weight syncs (ai-dynamo/dynamo#14703): every {config.weight_sync_every_hours:g} h, "
+        f"{config.weight_sync_seconds[0] / 60:g}-{config.weight_sync_seconds[1] / 60:g} min, "
+        f"{holds}: the trainer holds the target for "
+        f"{config.weight_sync_hold_seconds / 60:g} min before it (the restarter's History.holds; "
+        "the rules' hold clause "
+        + ("on" if config.rules_hold_clause else "off")
+        + ") and releases the hold when the sync ends; the old watchdogs know no holds",
+        f"autotune and CUDA-graph capture (getainode/ainode#112: 206 s, 363 s) on every start "
+        f"after a restart, {config.start_autotune_seconds[0]:g}-"
+        f"{config.start_autotune_seconds[1]:g} s after the weights load; {port}",
+        f"stallwatch restarts only a stall its restarter has seen last restart_after "
+        f"({config.restart_after:g} s), judged again when the window ends (the real "
+        "with_window); the two-poll rule column is the same day with restart_after 0",
     ]

@@ -2,9 +2,12 @@
 
 Every decision is the project's own pure step: the exporter's `classify`, `probe_due` (with
 `probe_deferred`), `settle_probe` and `TargetHistory`; the restart alerts' condition
-(`restart_alerts`); the restarter's `decide`, then `decide_confirmed` on two fresh reads judged
-by `judge_reads`. Only the timing of Prometheus (scrape, evaluation) and Alertmanager
-(group_wait, group_interval, repeat_interval) is modelled here.
+(`restart_alerts`, with the hold clause on the scraped hold gauge); the restarter's `decide`
+(with the holds in force, `current_holds`), then `decide_confirmed` on two fresh reads judged
+by `judge_reads`, then `with_window` keyed by `alert_key`, as the restarter's `RestartWindows`
+drives it: an alert waiting in its window is judged again when the window ends, and one that
+resolves closes its window as a near miss. Only the timing of Prometheus (scrape, evaluation)
+and Alertmanager (group_wait, group_interval, repeat_interval) is modelled here.
 """
 
 from __future__ import annotations
@@ -25,15 +28,24 @@ from stallwatch.core.alerts import Alert
 from stallwatch.core.classify import State, Verdict, classify, down
 from stallwatch.core.confirmation import Confirmation, judge_reads
 from stallwatch.core.history import PollOutcome, TargetHistory
-from stallwatch.core.policy import History, PastDecision, PastRestart, decide, decide_confirmed
+from stallwatch.core.holds import current_holds
+from stallwatch.core.policy import (
+    Decision,
+    History,
+    PastDecision,
+    PastRestart,
+    alert_key,
+    decide,
+    decide_confirmed,
+)
 from stallwatch.core.probe import probe_deferred, probe_due, settle_probe
 from stallwatch.core.reading import Reading
+from stallwatch.core.restart_window import RestartWindow, with_window
 from stallwatch.core.rules import restart_alerts
 from stallwatch.replay.clock import Scheduler
 from stallwatch.replay.config import ReplayConfig
-from stallwatch.replay.server import SimulatedServer
+from stallwatch.replay.server import TARGET_NAME, SimulatedServer
 
-TARGET_NAME = "model-server"
 # Day zero of the replay, only used to write alert startsAt timestamps.
 EPOCH = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 
@@ -50,6 +62,7 @@ def restarter_config(config: ReplayConfig) -> RestarterConfig:
         action=CommandAction(argv=("systemctl", "restart", "model-server")),
         cooldown=config.cooldown,
         budget=Budget(max_restarts=config.budget_max_restarts, window=config.budget_window),
+        restart_after=config.restart_after,
     )
     return RestarterConfig(
         targets=(target,),
@@ -64,6 +77,7 @@ class _Episode:
     alertname: str
     starts_at: float
     last_sent: float | None = None
+    alert: Alert | None = None  # as last delivered
 
 
 @dataclass
@@ -84,12 +98,20 @@ class Stallwatch:
         self.config = server.config
         self.restarter = restarter_config(self.config)
         self.history = TargetHistory()
-        self.scraped: tuple[State | None, int] = (None, 0)
+        # What Prometheus last scraped: the exporter's state and count, the restarter's hold
+        # expiry gauge (None: no hold published).
+        self.scraped: tuple[State | None, int, float | None] = (None, 0, None)
         self.episodes: dict[str, _Episode] = {}
         self.last_flush: dict[str, float] = {}
         self.journal: list[_JournalEntry] = []
         self.past_restarts: list[PastRestart] = []
         self.skips: Counter[str] = Counter()
+        # The restarter's memory: open windows by alert episode; alerts waiting for a time (a
+        # window's end, a hold's end), by fingerprint, with when they are due.
+        self.windows: dict[str, RestartWindow] = {}
+        self.waiting: dict[str, tuple[Alert, str, float]] = {}
+        self.near_misses: list[float] = []  # how long each window ran before its recovery
+        self._release_checking = False
         self._polling = False
         scheduler.at(rng.uniform(0, self.config.exporter_interval), self._poll)
         scheduler.at(rng.uniform(0, self.config.scrape_interval), self._scrape)
@@ -171,12 +193,15 @@ class Stallwatch:
 
     def _scrape(self, now: float) -> None:
         self.scheduler.at(now + self.config.scrape_interval, self._scrape)
-        self.scraped = (self.history.state, self.history.state_polls)
+        hold = current_holds(self.server.hold_events, now).get(TARGET_NAME)
+        expiry = None if hold is None else hold.until
+        self.scraped = (self.history.state, self.history.state_polls, expiry)
 
     def _evaluate(self, now: float) -> None:
         self.scheduler.at(now + self.config.evaluation_interval, self._evaluate)
-        state, polls = self.scraped
-        for alertname, is_firing in restart_alerts(state, polls).items():
+        state, polls, expiry = self.scraped
+        held = self.config.rules_hold_clause and expiry is not None and expiry > now
+        for alertname, is_firing in restart_alerts(state, polls, held=held).items():
             episode = self.episodes.get(alertname)
             if is_firing and episode is None:
                 episode = _Episode(alertname, now)
@@ -187,6 +212,8 @@ class Stallwatch:
                     self._schedule_flush(alertname, now)
             elif not is_firing and episode is not None:
                 del self.episodes[alertname]  # resolved: journaled, never acted on
+                if episode.alert is not None:
+                    self._resolved(episode.alert, now)
 
     # Alertmanager: one group per alert name and target.
 
@@ -209,36 +236,93 @@ class Stallwatch:
             fingerprint=f"{alertname}:{TARGET_NAME}",
             starts_at=_rfc3339(episode.starts_at),
         )
+        episode.alert = alert
         self._receive(alert, now)
 
     # The restarter (Restarter.judge's steps): the cheap checks, two fresh reads of the server,
     # the checks again with the reads' verdict, then the action.
 
-    def _journal_history(self, alert: Alert) -> History:
+    def _journal_history(self, alert: Alert, now: float) -> History:
         same = tuple(
             PastDecision(entry.time, entry.action, entry.reason)
             for entry in self.journal
             if entry.fingerprint == alert.fingerprint and entry.starts_at == alert.starts_at
         )
-        return History(restarts=tuple(self.past_restarts), same_alert=same)
+        return History(
+            restarts=tuple(self.past_restarts),
+            same_alert=same,
+            holds=current_holds(self.server.hold_events, now),
+        )
 
-    def _record(self, alert: Alert, now: float, action: str, reason: str) -> None:
-        self.journal.append(_JournalEntry(now, alert.fingerprint, alert.starts_at, action, reason))
-        if action == "skip":
-            self.skips[reason] += 1
+    def _record(self, alert: Alert, now: float, decision: Decision) -> None:
+        self.journal.append(
+            _JournalEntry(now, alert.fingerprint, alert.starts_at, decision.action, decision.reason)
+        )
+        if decision.action == "skip":
+            self.skips[decision.reason] += 1
+        self._wait(alert, decision, now)
+
+    def _resolved(self, alert: Alert, now: float) -> None:
+        """The alert resolved (`Restarter._resolve`): its window, if open, closes as a near
+        miss, and it no longer waits to be judged again."""
+        self.waiting.pop(alert.fingerprint, None)
+        window = self.windows.pop(alert_key(alert), None)
+        if window is not None:
+            self.near_misses.append(now - window.opened_at)
+            self._record(
+                alert,
+                now,
+                Decision("skip", "recovered_in_window", "the alert resolved in its window"),
+            )
+
+    # Alerts that wait for a time (`HeldAlerts`, `HeldRelease`): a restart window's end is
+    # judged again then; an alert on hold once the target's hold has ended (run out or released).
+
+    def _wait(self, alert: Alert, decision: Decision, now: float) -> None:
+        if decision.reason == "restart_window":
+            window = self.windows.get(alert_key(alert))
+            if window is not None:
+                self.waiting[alert.fingerprint] = (alert, decision.reason, window.due_at)
+                self.scheduler.at(window.due_at, self._release)
+                return
+        if decision.reason == "on_hold":
+            hold = current_holds(self.server.hold_events, now).get(TARGET_NAME)
+            if hold is not None:
+                self.waiting[alert.fingerprint] = (alert, decision.reason, hold.until)
+                if not self._release_checking:
+                    self._release_checking = True
+                    self.scheduler.at(now + self.config.release_check_seconds, self._check_holds)
+                return
+        self.waiting.pop(alert.fingerprint, None)
+
+    def _check_holds(self, now: float) -> None:
+        """Every release check: an alert waiting on a hold that has ended is due now."""
+        holds = current_holds(self.server.hold_events, now)
+        for fingerprint, (alert, reason, due) in list(self.waiting.items()):
+            if reason == "on_hold" and (TARGET_NAME not in holds or due <= now):
+                self.waiting[fingerprint] = (alert, reason, now)
+        self._release(now)
+        self._release_checking = any(r == "on_hold" for _a, r, _d in self.waiting.values())
+        if self._release_checking:
+            self.scheduler.at(now + self.config.release_check_seconds, self._check_holds)
+
+    def _release(self, now: float) -> None:
+        due = [(f, a) for f, (a, _r, when) in self.waiting.items() if when <= now]
+        for fingerprint, alert in due:
+            del self.waiting[fingerprint]
+            self._receive(alert, now)
+
+    # The restarter (Restarter.judge's steps): the cheap checks, two fresh reads of the server,
+    # the checks again with the reads' verdict, the restart window, then the action.
 
     def _receive(self, alert: Alert, now: float) -> None:
-        decision = decide(alert, self.restarter, self._journal_history(alert), now)
+        decision = decide(alert, self.restarter, self._journal_history(alert, now), now)
         if not decision.restarts:
-            self._record(alert, now, decision.action, decision.reason)
+            self._record(alert, now, decision)
             return
         first = self.server.read(now)
         if first is None:
-            confirmation = Confirmation(False, "down", "connection refused")
-            final = decide_confirmed(
-                alert, self.restarter, self._journal_history(alert), now, confirmation
-            )
-            self._record(alert, now, final.action, final.reason)
+            self._conclude(alert, now, Confirmation(False, "down", "connection refused"))
             return
 
         def second_read(later: float, first: Reading = first) -> None:
@@ -247,14 +331,33 @@ class Stallwatch:
                 confirmation = Confirmation(False, "down", "connection refused")
             else:
                 confirmation = judge_reads(first, again)
-            final = decide_confirmed(
-                alert, self.restarter, self._journal_history(alert), later, confirmation
-            )
-            self._record(alert, later, final.action, final.reason)
-            if final.restarts:
-                self.past_restarts.append(
-                    PastRestart(TARGET_NAME, later, later + self.config.action_seconds)
-                )
-                self.server.restart(later, "stallwatch")
+            self._conclude(alert, later, confirmation)
 
         self.scheduler.at(now + self.config.confirm_gap, second_read)
+
+    def _conclude(self, alert: Alert, now: float, confirmation: Confirmation) -> None:
+        final = decide_confirmed(
+            alert, self.restarter, self._journal_history(alert, now), now, confirmation
+        )
+        key = alert_key(alert)
+        windowed = with_window(
+            final,
+            self.windows.get(key),
+            alert=key,
+            target=self.restarter.targets[0],
+            confirmation=confirmation,
+            now=now,
+        )
+        if windowed.window is None:
+            self.windows.pop(key, None)
+        else:
+            self.windows[key] = windowed.window
+        if windowed.recovered is not None:
+            self.near_misses.append(now - windowed.recovered.opened_at)
+        decision = windowed.decision
+        self._record(alert, now, decision)
+        if decision.restarts:
+            self.past_restarts.append(
+                PastRestart(TARGET_NAME, now, now + self.config.action_seconds)
+            )
+            self.server.restart(now, "stallwatch")

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from stallwatch.replay.clock import Scheduler
 from stallwatch.replay.config import ReplayConfig
 from stallwatch.replay.server import SimulatedServer
+from stallwatch.replay.silences import NO_SILENCES, SilencePlan, WeightSync
 
 
 @dataclass(frozen=True)
@@ -64,10 +65,18 @@ def plan_traffic(config: ReplayConfig) -> TrafficPlan:
 
 
 class Traffic:
-    """The batch job (keeps N long requests in flight in each phase) and interactive users."""
+    """The batch job (keeps N long requests in flight in each phase), interactive users, the
+    hangs, and the planned silences: compiles of unseen shapes and the trainer's weight syncs."""
 
-    def __init__(self, plan: TrafficPlan, server: SimulatedServer, scheduler: Scheduler) -> None:
+    def __init__(
+        self,
+        plan: TrafficPlan,
+        server: SimulatedServer,
+        scheduler: Scheduler,
+        silences: SilencePlan = NO_SILENCES,
+    ) -> None:
         self.plan = plan
+        self.silences = silences
         self.server = server
         self.scheduler = scheduler
         self._sizes = itertools.cycle(plan.batch_sizes)
@@ -80,6 +89,24 @@ class Traffic:
             self.scheduler.at(arrival, self._interactive(prompt, max_tokens))
         for when in self.plan.hang_times:
             self.scheduler.at(when, self._hang)
+        for when, seconds in self.silences.compile_times:
+            self.scheduler.at(when, self._compile(seconds))
+        for sync in self.silences.weight_syncs:
+            self.scheduler.at(sync.at, self._weight_sync(sync))
+
+    def _compile(self, seconds: float) -> Callable[[float], None]:
+        def compile_now(now: float) -> None:
+            # A shape the traffic model does not draw: it compiles only if work is present.
+            if self.server.is_busy(now):
+                self.server.fall_silent(now, seconds, "compile")
+
+        return compile_now
+
+    def _weight_sync(self, sync: WeightSync) -> Callable[[float], None]:
+        def push_weights(now: float) -> None:
+            self.server.weight_sync(now, sync.seconds, sync.held)
+
+        return push_weights
 
     def _batch_worker(self, phase_end: float) -> Callable[[float], None]:
         def send(now: float) -> None:
@@ -108,7 +135,8 @@ class Traffic:
     def _hang(self, now: float) -> None:
         # A hang strikes a running process; if the server is loading or already hung, it
         # strikes the next process once that one is up.
-        if self.server.is_up(now) and not self.server.hung:
+        # It waits out a legitimate silence, so every restart is either of a hang or of one.
+        if self.server.is_up(now) and not self.server.frozen:
             self.server.hang(now)
         else:
             self.scheduler.at(max(now + 60.0, self.server.up_at + 60.0), self._hang)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -56,17 +57,100 @@ def test_new_way_never_restarts_a_healthy_server(
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_new_way_catches_every_real_hang(results: dict[int, ReplayResult], seed: int) -> None:
-    """Every seeded engine hang is caught, by a restart, within a few minutes."""
+    """Every seeded engine hang is caught, by a restart, once its restart window has run out:
+    after restart_after and within two minutes more (the alert, then the window's last reads)."""
     result = results[seed]
+    restart_after = result.config.restart_after
+    assert restart_after == 300.0
     assert len(result.new.hangs) == len(result.hang_times) >= 1
     for hang in result.new.hangs:
         assert hang.caught_after is not None
-        assert hang.caught_after < 300
+        assert restart_after < hang.caught_after < restart_after + 120
     assert result.new.true_restarts == len(result.hang_times)
 
 
+@pytest.mark.parametrize("seed", SEEDS)
+def test_silences_that_end_by_themselves_are_not_restarted_at_the_defaults(
+    results: dict[int, ReplayResult], seed: int
+) -> None:
+    """A day with compiles and weight syncs: 0 false restarts with the 5 m window, while the old
+    two-poll rule (restart_after 0) restarts servers that were in a silence and would have
+    recovered; the window's near misses are counted."""
+    result = results[seed]
+    new, two_poll = result.new, result.two_poll
+    assert two_poll is not None
+    assert any("compile" in silence.causes for silence in new.silences)
+    assert any("weight_sync" in silence.causes for silence in new.silences)
+    assert new.false_restarts == new.restarts_in_silence == 0
+    assert all(silence.restarted_after is None for silence in new.silences)
+    assert two_poll.restarts_in_silence > 0
+    assert two_poll.false_restarts == two_poll.restarts_in_silence
+    assert new.recovered_in_window > 0
+    assert new.restarter_skips["recovered_in_window"] == new.recovered_in_window
+    assert new.exporter_recovered_stalls >= new.recovered_in_window
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_the_two_poll_rule_catches_hangs_sooner(
+    results: dict[int, ReplayResult], seed: int
+) -> None:
+    """The window's cost: with restart_after 0 every hang is caught within two minutes."""
+    two_poll = results[seed].two_poll
+    assert two_poll is not None
+    assert two_poll.restart_after == 0.0
+    assert two_poll.hangs_caught == len(two_poll.hangs)
+    assert max(two_poll.catch_seconds) < 120
+
+
+# A day of weight syncs longer than the window: 7 minutes each, every 1.5 h.
+LONG_SYNCS = ReplayConfig(
+    seed=2, hours=4, weight_sync_every_hours=1.5, weight_sync_seconds=(420.0, 420.0)
+)
+
+
+def _syncs(result: ReplayResult) -> list[Any]:
+    return [silence for silence in result.new.silences if "weight_sync" in silence.causes]
+
+
+def test_a_sync_longer_than_the_window_without_a_hold_is_restarted() -> None:
+    """A 7 m weight sync with no hold outlasts the 5 m window and is restarted although it would
+    have ended by itself: the reason a trainer takes a hold before it."""
+    result = run_replay(replace(LONG_SYNCS, weight_sync_holds="never"))
+    syncs = _syncs(result)
+    assert syncs
+    assert all(sync.restarted_after is not None for sync in syncs)
+    assert result.new.restarts_in_silence == len(syncs)
+
+
+@pytest.mark.parametrize("hold_clause", [True, False])
+def test_a_held_sync_is_never_restarted(hold_clause: bool) -> None:
+    """The same 7 m syncs with a hold: never restarted, by the rules' hold clause or, without
+    it, by the restarter's own on_hold check (History.holds)."""
+    result = run_replay(
+        replace(LONG_SYNCS, weight_sync_holds="always", rules_hold_clause=hold_clause)
+    )
+    syncs = _syncs(result)
+    assert syncs
+    assert all(sync.held and sync.restarted_after is None for sync in syncs)
+    assert result.new.restarts_in_silence == 0
+    assert ("on_hold" in result.new.restarter_skips) is not hold_clause
+
+
+def test_an_autotune_at_start_with_its_port_closed_reads_down() -> None:
+    """A start's autotune happens before vLLM opens its port: the server is down (loading) for
+    the weights and the autotune, and no way restarts it for that."""
+    config = ReplayConfig(seed=4, hours=4, load=0, interactive_per_hour=0)
+    result = run_replay(config)
+    assert result.new.true_restarts == 1
+    autotune = result.silence_plan.autotune(0) if result.silence_plan else 0.0
+    assert 206 <= autotune <= 363
+    assert result.new.minutes_loading * 60 == pytest.approx(config.restart_load_seconds + autotune)
+    assert result.new.restarts_in_silence == 0
+
+
 def test_same_seed_gives_the_same_result(results: dict[int, ReplayResult]) -> None:
-    """The replay is deterministic: the same seed and settings give the same day."""
+    """The replay is deterministic: the same seed and settings give the same day, silences
+    included."""
     assert run_replay(ReplayConfig(seed=SEEDS[0], hours=HOURS)) == results[SEEDS[0]]
 
 
@@ -124,7 +208,9 @@ def test_cli_rejects_a_bad_number(capsys: pytest.CaptureFixture[str]) -> None:
     assert "'0'" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("step", ["settle_probe", "restart_alerts", "decide_confirmed"])
+@pytest.mark.parametrize(
+    "step", ["settle_probe", "restart_alerts", "decide_confirmed", "with_window", "current_holds"]
+)
 def test_stallwatchs_way_calls_the_pipelines_own_step(
     step: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -150,7 +236,8 @@ def _catch_times(result: ReplayResult) -> list[tuple[str, float | None]]:
 
 
 def test_seed_11_day_is_pinned() -> None:
-    """Seed 11's day: 488 test requests, none to a busy server; its three idle hangs caught.
+    """Seed 11's day (no silences, two-poll rule): 488 test requests, none to a busy server;
+    its three idle hangs caught.
 
     With probe.min_interval 60 s (the default) an idle server gets a test request once a
     minute instead of every other poll: 1 072 test requests became 488 (the old watchdogs
@@ -158,7 +245,7 @@ def test_seed_11_day_is_pinned() -> None:
     after 76 s, 70 s and 60 s instead of 46 s, 70 s and 60 s: the first one waited up to a
     minute for the next test request instead of a poll.
     """
-    result = run_replay(ReplayConfig(seed=11))
+    result = run_replay(ReplayConfig(seed=11, legitimate_silences=False, restart_after=0.0))
     assert result.new.test_requests == 488
     assert result.new.test_requests_to_busy_server == 0
     assert result.old.test_requests == 793
@@ -171,8 +258,11 @@ def test_seed_11_day_is_pinned() -> None:
 
 
 def test_min_interval_zero_gives_back_a_test_request_on_every_idle_poll() -> None:
-    """With probe.min_interval 0 the seed 11 day sends the 1 072 test requests it used to."""
-    result = run_replay(ReplayConfig(seed=11, probe_min_interval=0.0))
+    """With probe.min_interval 0 the seed 11 day (no silences, two-poll rule) sends the 1 072
+    test requests it used to."""
+    result = run_replay(
+        ReplayConfig(seed=11, probe_min_interval=0.0, legitimate_silences=False, restart_after=0.0)
+    )
     assert result.new.test_requests == 1072
     assert result.new.test_requests_to_busy_server == 0
     assert _catch_times(result) == [
