@@ -138,6 +138,7 @@ class Demo:
             "user_traffic": traffic.as_json() if traffic is not None else None,
             "old_watchdog_request": story.old_watchdog,
             "long_prompt": story.long_prompt,
+            "compile": story.compile,
             "journal": observer.journal_entries,
             "processes": self.pipeline.process_list(),
             "timeline": self.timeline.events,
@@ -158,6 +159,7 @@ class Demo:
                 f"replaced), {traffic.refused} refused while the new process started"
             )
         say(f"  old-style test request to {BATCH_TARGET}: {story.old_watchdog}")
+        say(f"  compile on {BATCH_TARGET}: {story.compile}")
         say(f"  long prompt on {HUNG_TARGET}: {story.long_prompt}; read busy, never stuck")
         if ok:
             say(

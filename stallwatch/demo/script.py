@@ -2,8 +2,10 @@
 
 1. a batch job fills every slot of gpu-a; an old-style watchdog's test request times out while
    stallwatch reads `busy` and sends nothing;
-2. a long prompt on gpu-b: a chunked prefill with a flat step count, read `busy`, never stuck;
-3. gpu-b really hangs while serving traffic and is restarted once, through the whole pipeline.
+2. gpu-a falls silent mid-batch (a JIT compile) and goes on by itself: people are told, the
+   restarter waits out its restart window and restarts nothing;
+3. a long prompt on gpu-b: a chunked prefill with a flat step count, read `busy`, never stuck;
+4. gpu-b really hangs while serving traffic and is restarted once, through the whole pipeline.
 """
 
 from __future__ import annotations
@@ -17,7 +19,13 @@ import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from stallwatch import USER_AGENT
-from stallwatch.demo.configs import BATCH_TARGET, HUNG_TARGET, MODEL, PREFILL_TOKENS_PER_SECOND
+from stallwatch.demo.configs import (
+    BATCH_TARGET,
+    DEMO_RESTART_AFTER,
+    HUNG_TARGET,
+    MODEL,
+    PREFILL_TOKENS_PER_SECOND,
+)
 from stallwatch.demo.observer import WORK_STATES, Observer
 from stallwatch.demo.pipeline import Pipeline, until
 from stallwatch.demo.timeline import Timeline
@@ -42,6 +50,9 @@ class Script:
     wind_down_seconds: float
     heartbeat_seconds: float  # a status line this often (0: never)
     recovery_timeout_seconds: float = 60.0
+    # How long gpu-a's engine is silent in act 2: longer than two polls (the alert), shorter
+    # than the demo's restart window (DEMO_RESTART_AFTER).
+    compile_seconds: float = 6.0
 
 
 FULL_SCRIPT = Script(
@@ -88,10 +99,12 @@ class Story:
         self.traffic: KeepBusy | None = None
         self.old_watchdog = ""
         self.long_prompt = ""
+        self.compile = ""
         self.batch_window_start = 0
 
     async def play(self, session: aiohttp.ClientSession, observer: Observer) -> None:
         await self._act_batch_job(session, observer)
+        await self._act_compile(session, observer)
         await self._act_long_prompt(session, observer)
         await self._act_hang(session, observer)
         await self._wind_down(observer)
@@ -173,12 +186,59 @@ class Story:
             "story",
         )
 
+    async def _fault(self, session: aiohttp.ClientSession, name: str, fault: str) -> None:
+        async with session.post(
+            f"{self.pipeline.server_url(name)}/sim/fault", json={"fault": fault}
+        ) as response:
+            response.raise_for_status()
+
+    async def _act_compile(self, session: aiohttp.ClientSession, observer: Observer) -> None:
+        script, timeline = self.script, self.timeline
+        name = BATCH_TARGET
+        tally = observer.tallies[name]
+        timeline.emit(
+            "story",
+            f"ACT 2: {name}'s engine falls silent for {script.compile_seconds:g} s with 4 "
+            "requests in flight, as vLLM does while it JIT-compiles kernels for a new prompt "
+            "shape, then goes on by itself",
+            "story",
+        )
+        silent_at = time.monotonic()
+        await self._fault(session, name, "hang")
+        await observer.wait_for(
+            lambda: tally.skips.get("restart_window", 0) > 0,
+            script.recovery_timeout_seconds,
+            f"the restarter to open {name}'s restart window",
+        )
+        await asyncio.sleep(max(0.0, silent_at + script.compile_seconds - time.monotonic()))
+        await self._fault(session, name, "recover")
+        timeline.emit("story", f"{name}'s compile is over: its engine moves again", "good")
+        await observer.wait_for(
+            lambda: (
+                tally.skips.get("recovered_in_window", 0) > 0 and observer.state_of(name) == "busy"
+            ),
+            script.recovery_timeout_seconds,
+            f"{name} recovered inside its restart window",
+        )
+        self.compile = (
+            f"{script.compile_seconds:g} s of silence with 4 requests in flight: people were "
+            f"told, the restarter waited (restart window {DEMO_RESTART_AFTER}), "
+            f"{tally.restarts} restarts"
+        )
+        timeline.emit(
+            "story",
+            f"{name} recovered by itself: LLMServerStuck told people, the restarter waited "
+            f"(restart_after {DEMO_RESTART_AFTER}, 5m in production) and restarted nothing; "
+            "the near miss is journaled and counted",
+            "good",
+        )
+
     async def _act_long_prompt(self, session: aiohttp.ClientSession, observer: Observer) -> None:
         script, timeline = self.script, self.timeline
         name = HUNG_TARGET
         timeline.emit(
             "story",
-            f"ACT 2: a {script.long_prompt_tokens}-token prompt on {name}: a long chunked "
+            f"ACT 3: a {script.long_prompt_tokens}-token prompt on {name}: a long chunked "
             "prefill (64-token chunks) — no output steps, only the KV cache grows",
             "story",
         )
@@ -243,7 +303,7 @@ class Story:
         tally = observer.tallies[name]
         timeline.emit(
             "story",
-            f"ACT 3: user traffic on {name} ({script.traffic_concurrency} requests at a time), "
+            f"ACT 4: user traffic on {name} ({script.traffic_concurrency} requests at a time), "
             "then its engine really hangs",
             "story",
         )

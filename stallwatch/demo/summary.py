@@ -70,6 +70,9 @@ def story_problems(tallies: Mapping[str, TargetTally], hung: str) -> list[str]:
             )
         if tally.false_restarts:
             problems.append(f"{tally.name}: {tally.false_restarts} false restarts")
+    for tally in tallies.values():
+        if tally.name != hung and tally.stuck_alerts and not tally.skips.get("recovered_in_window"):
+            problems.append(f"{tally.name}: a silence that ended by itself was not a near miss")
     stuck = tallies[hung]
     if stuck.stalls_detected < 1:
         problems.append(f"{hung}: the stall was not detected")

@@ -38,7 +38,7 @@ from stallwatch.restarter.journal import Journal
 from stallwatch.restarter.journal_reader import JournalError, printable
 from stallwatch.restarter.metrics import UNCONFIGURED_TARGET, RestarterMetrics
 from stallwatch.restarter.release import HeldRelease
-from stallwatch.restarter.windows import RestartWindows, TargetHolds
+from stallwatch.restarter.windows import RestartWindows, TargetHolds, waits_until
 
 if TYPE_CHECKING:
     from stallwatch.restarter.kube.side import KubeSide
@@ -223,7 +223,7 @@ class Restarter:
         now = self.clock()
         for alert, as_judged, outcome in zip(delivered.alerts, alerts, outcomes, strict=True):
             if not isinstance(outcome, _Pending):
-                until = self._waits_until(as_judged, outcome, now)
+                until = waits_until(self.windows, self.holds, as_judged, outcome, now)
                 self.held.note(alert, outcome, delivered, now, until)
         return [
             {
@@ -235,17 +235,6 @@ class Restarter:
             for alert, decision in zip(alerts, outcomes, strict=True)
             if not isinstance(decision, _Pending)
         ]
-
-    def _waits_until(self, alert: Alert, decision: Decision | None, now: float) -> float | None:
-        """When an alert that waits for a time is to be judged again (None: it does not)."""
-        if decision is None:
-            return None
-        if decision.reason == "restart_window":
-            return self.windows.due_at(alert)
-        if decision.reason == "on_hold" and alert.target is not None:
-            hold = self.holds.current(now).get(alert.target)
-            return None if hold is None else hold.until
-        return None
 
     async def release_held(self) -> int:
         """Judge the held alerts again if no pause and no open breaker refuses them now (and
@@ -290,23 +279,22 @@ class Restarter:
         )
         return Decision("skip", JOURNAL_UNWRITABLE, f"not acted on: {error}")
 
-    def _resolve(self, alert: Alert, notification: Notification) -> None:
-        recovered = self.windows.close_resolved(alert, self.clock())
-        if recovered is not None:  # a near miss: journaled before the resolved row
-            self.journal.record_decision(
-                alert,
-                recovered,
-                self.clock(),
-                receiver=notification.receiver,
-                external_url=notification.external_url,
-            )
-        self.journal.record_decision(
+    def _journal(
+        self, alert: Alert, decision: Decision | None, notification: Notification, now: float
+    ) -> int:
+        return self.journal.record_decision(
             alert,
-            None,
-            self.clock(),
+            decision,
+            now,
             receiver=notification.receiver,
             external_url=notification.external_url,
         )
+
+    def _resolve(self, alert: Alert, notification: Notification) -> None:
+        recovered = self.windows.close_resolved(alert, self.clock())
+        if recovered is not None:  # a near miss: journaled before the resolved row
+            self._journal(alert, recovered, notification, self.clock())
+        self._journal(alert, None, notification, self.clock())
         self.metrics.resolved.labels(target=self._metric_target(alert)).inc()
         log.info(
             "resolved target=%s alert=%s fingerprint=%s (journaled, not acted on)",
@@ -374,13 +362,7 @@ class Restarter:
                 f"the restart action of {target.name} is still running; one at a time",
             )
         now = self.clock()
-        row_id = self.journal.record_decision(
-            alert,
-            decision,
-            now,
-            receiver=notification.receiver,
-            external_url=notification.external_url,
-        )
+        row_id = self._journal(alert, decision, notification, now)
         log.info(
             "%s target=%s alert=%s fingerprint=%s reason=%s: %s",
             decision.action,

@@ -153,3 +153,21 @@ class TargetHolds:
         for name, hold in holds.items():
             self.metrics.hold_expiry.labels(target=name).set(hold.until)
         self._shown = set(holds)
+
+
+def waits_until(
+    windows: RestartWindows,
+    holds: TargetHolds,
+    alert: Alert,
+    decision: Decision | None,
+    now: float,
+) -> float | None:
+    """When an alert that waits for a time is to be judged again (None: it does not)."""
+    if decision is None:
+        return None
+    if decision.reason == "restart_window":
+        return windows.due_at(alert)
+    if decision.reason == "on_hold" and alert.target is not None:
+        hold = holds.current(now).get(alert.target)
+        return None if hold is None else hold.until
+    return None

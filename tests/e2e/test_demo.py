@@ -75,6 +75,10 @@ def test_demo_story(demo_run: tuple[int, str, dict[str, Any]]) -> None:
         assert tally["false_restarts"] == 0, name
     assert targets["gpu-a"]["busy_seconds"] > 0
     assert targets["gpu-a"]["restarts"] == 0
+    # Act 2: gpu-a's silence told people, waited out the window and ended by itself.
+    assert targets["gpu-a"]["stuck_alerts"] >= 1
+    assert targets["gpu-a"]["skips"].get("restart_window", 0) >= 1
+    assert targets["gpu-a"]["skips"].get("recovered_in_window", 0) >= 1
     assert targets[hung]["stalls_detected"] >= 1
     assert targets[hung]["stuck_alerts"] >= 1
     assert targets[hung]["restarts"] == 1
