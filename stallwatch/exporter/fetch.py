@@ -6,7 +6,8 @@ Every endpoint called here is one the target's engine profile marks safe: `/v1/m
 health check, never llama.cpp's `/slots`, never trtllm-serve's destructive `/metrics`.
 
 Each function takes the process's one `aiohttp.ClientSession`, has a timeout and a body-size
-cap, and returns a result object instead of raising for the failures a server can produce.
+cap, follows no redirect (a redirect is a failed read, see `redirect_detail`), and returns a
+result object instead of raising for the failures a server can produce.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ TEST_PATHS: dict[str, str] = {"completions": "/v1/completions", "chat": "/v1/cha
 # (`connection`: down); one that connected and got no answer in the whole timeout is `timeout`
 # (hung). A kernel completes the handshake for a listening socket whatever its process does.
 CONNECT_SHARE_OF_TIMEOUT = 0.5
+# How much of a redirect's Location a detail repeats.
+MAX_LOCATION_SHOWN = 200
 
 ErrorReason = Literal["timeout", "connection", "http_status", "too_large", "parse"]
 
@@ -66,6 +69,21 @@ def default_headers() -> dict[str, str]:
 
 def join_url(base: str, path: str) -> str:
     return base.rstrip("/") + path
+
+
+def redirect_detail(response: aiohttp.ClientResponse) -> str | None:
+    """What a redirect answer said, or None when `response` is no redirect.
+
+    No request of stallwatch follows a redirect: a server in the allow-list must not send the
+    exporter (or the restarter) to an address outside it. A redirect is a failed read.
+    """
+    if not 300 <= response.status < 400:
+        return None
+    location = response.headers.get("Location", "")
+    if len(location) > MAX_LOCATION_SHOWN:
+        location = location[:MAX_LOCATION_SHOWN] + "..."
+    where = f" to {location}" if location else ""
+    return f"HTTP {response.status} redirect{where}, not followed"
 
 
 async def _read_body(response: aiohttp.ClientResponse, max_bytes: int) -> bytes | None:
@@ -103,9 +121,8 @@ async def read_metrics(
             allow_redirects=False,
         ) as response:
             if response.status != 200:
-                return ReadResult(
-                    None, "http_status", f"HTTP {response.status}", status=response.status
-                )
+                detail = redirect_detail(response) or f"HTTP {response.status}"
+                return ReadResult(None, "http_status", detail, status=response.status)
             body = await _read_body(response, max_bytes)
             marker = response.headers.get(START_MARKER_HEADER)
     except aiohttp.ConnectionTimeoutError:
@@ -130,13 +147,14 @@ class ModelsAnswer:
 
     `error_reason` is `connection` (not connected within half the timeout, refused, reset) or
     `timeout` (connected, no answer in time): the server is down or hung, and nothing else is
-    read. Any answer, whatever its status, is an answer.
+    read; `http_status` is a redirect (never followed): the server cannot be read, and is down.
+    Any other answer, whatever its status, is an answer.
     """
 
     status: int | None = None
     owners: tuple[str, ...] = ()
     listed: bool = False  # 200 with a model list
-    error_reason: Literal["timeout", "connection"] | None = None
+    error_reason: Literal["timeout", "connection", "http_status"] | None = None
     detail: str = ""
 
 
@@ -154,6 +172,7 @@ async def ask_models(
             allow_redirects=False,
         ) as response:
             status = response.status
+            redirect = redirect_detail(response)
             body = await _read_body(response, 1024 * 1024) if status == 200 else None
     except aiohttp.ConnectionTimeoutError:
         connect = timeout * CONNECT_SHARE_OF_TIMEOUT
@@ -164,6 +183,8 @@ async def ask_models(
         )
     except aiohttp.ClientError as error:
         return ModelsAnswer(error_reason="connection", detail=f"{type(error).__name__}: {error}")
+    if redirect is not None:
+        return ModelsAnswer(status=status, error_reason="http_status", detail=redirect)
     if body is None:
         return ModelsAnswer(status=status, detail=f"HTTP {status}")
     try:
@@ -217,7 +238,10 @@ async def engine_sleeps(
             join_url(base_url, check.path),
             headers=default_headers(),
             timeout=aiohttp.ClientTimeout(total=timeout),
+            allow_redirects=False,
         ) as response:
+            if redirect_detail(response) is not None:
+                return None
             body = await _read_body(response, 1024 * 1024)
     except (TimeoutError, aiohttp.ClientError):
         return None
@@ -279,7 +303,9 @@ async def send_probe(
             json=body,
             headers=default_headers(),
             timeout=aiohttp.ClientTimeout(total=timeout),
+            allow_redirects=False,
         ) as response:
+            redirect = redirect_detail(response)
             answer = await _read_body(response, 1024 * 1024)
             status = response.status
     except TimeoutError:
@@ -287,6 +313,8 @@ async def send_probe(
     except aiohttp.ClientError as error:
         return ProbeResult(False, f"{type(error).__name__}: {error}")
     elapsed = time.monotonic() - started
+    if redirect is not None:
+        return ProbeResult(False, redirect)
     if status != 200:
         return ProbeResult(False, f"HTTP {status}")
     if answer is None or b'"choices"' not in answer:

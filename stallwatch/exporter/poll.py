@@ -50,9 +50,10 @@ def unread_verdict(read: ReadResult) -> Verdict:
 
 
 async def _poll_proxy(session: aiohttp.ClientSession, target: TargetConfig) -> Verdict:
-    if await models_answer(session, target.url, timeout=target.timeout_seconds):
+    models = await ask_models(session, target.url, timeout=target.timeout_seconds)
+    if models.listed:
         return Verdict(State.NO_METRICS, "proxy: /v1/models answered; backends are read directly")
-    return down("proxy: /v1/models did not answer")
+    return down(f"proxy: /v1/models did not answer ({models.detail})")
 
 
 async def poll_once(

@@ -180,7 +180,10 @@ async def _docker_kill_times(
     try:
         async with asyncio.timeout(DOCKER_EVENTS_SECONDS):
             async with session.get(
-                "http://docker/events", params=params, headers={"User-Agent": USER_AGENT}
+                "http://docker/events",
+                params=params,
+                headers={"User-Agent": USER_AGENT},
+                allow_redirects=False,
             ) as response:
                 if response.status != 200:
                     return times
@@ -280,6 +283,7 @@ class ActionRunner:
             f"http://docker{path}",
             params={"t": str(stop_timeout)},
             headers={"User-Agent": USER_AGENT},
+            allow_redirects=False,
         ) as response:
             body = await response.content.read(64 * 1024)
             if response.status == 204:
@@ -308,6 +312,8 @@ class ActionRunner:
         ) as response:
             body = await response.content.read(64 * 1024)
             detail = f"{action.method} {action.url} answered {response.status}"
+            if 300 <= response.status < 400:  # never followed: a failure, whatever it says
+                detail += ", a redirect, not followed"
             # The receiver owns the stop: what it answers (how it stopped the server, whether
             # it had to SIGKILL) is kept, as a command's output is.
             summary = _tail(body)
