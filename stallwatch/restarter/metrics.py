@@ -100,8 +100,8 @@ class RestarterMetrics:
         )
         self.held_alerts = Gauge(
             "stallwatch_restarter_held_alerts",
-            "Restart alerts refused only by the pause or the open breaker, to be judged again "
-            "once neither refuses.",
+            "Restart alerts waiting to be judged again: refused by the pause or the open "
+            "breaker, or waiting for their restart window's or their hold's end.",
             registry=self.registry,
         )
         self.load_seconds = Gauge(

@@ -411,7 +411,14 @@ async def test_a_hang_outlasting_its_window_is_restarted_once_after_it(
                 entries = await restarter.journal(session)
                 return entries if rows(entries, name, "action_result") else None
 
-            entries = await poll(restarted, 60, f"a restart of {name}\n{restarter.log_tail()}")
+            await poll(restarted, 60, f"a restart of {name}\n{restarter.log_tail()}")
+
+            async def resolved() -> list[dict[str, Any]] | None:
+                entries = await restarter.journal(session)
+                return entries if rows(entries, name, "resolved") else None
+
+            # Its resolved notice must reach this restarter, not the next test's on the same port.
+            entries = await poll(resolved, TIMEOUT, "the resolved notification")
         assert first_pid != sim.pid
     waiting = [e for e in entries if e["reason"] == "restart_window"]
     (restart,) = rows(entries, name, "restart")
