@@ -123,6 +123,39 @@ def sustained_generations(
     return [asyncio.create_task(keep_generating(session, base_url, until)) for _ in range(count)]
 
 
+# vLLM's KV cache usage moves one block at a time (128 tokens on the CPU backend: 8 steps of the
+# session server's 16-token chunks), so a long prefill reads busy only when it fills a block in
+# every interval; how long a block takes depends on the CPU and on what else runs on it.
+PREFILL_BLOCKS_MEASURED = 4
+PREFILL_INTERVAL_MARGIN = 4.0
+KV_CACHE_USAGE = "vllm:kv_cache_usage_perc"
+
+
+async def prefill_interval(
+    session: aiohttp.ClientSession, base_url: str, *, timeout: float = 120.0
+) -> float:
+    """A poll interval for the long prefill now running on `base_url`: REAL_INTERVAL, or
+    PREFILL_INTERVAL_MARGIN times the longest the server took to fill one KV block of it
+    (its KV cache usage moved) over PREFILL_BLOCKS_MEASURED blocks, whichever is longer."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    last: float | None = None
+    moved_at: float | None = None
+    gaps: list[float] = []
+    while len(gaps) < PREFILL_BLOCKS_MEASURED:
+        if loop.time() > deadline:
+            raise AssertionError(f"{KV_CACHE_USAGE} moved only {len(gaps)} times in {timeout} s")
+        usage = metric_sum(await fetch_metrics(session, base_url), KV_CACHE_USAGE)
+        now = loop.time()
+        if last is not None and usage != last:
+            if moved_at is not None:
+                gaps.append(now - moved_at)
+            moved_at = now
+        last = usage
+        await asyncio.sleep(0.05)
+    return max(REAL_INTERVAL, PREFILL_INTERVAL_MARGIN * max(gaps))
+
+
 async def wait_for_polls(
     service: ExporterService, name: str, state: State, *, polls: int, timeout: float
 ) -> TargetHistory:

@@ -19,12 +19,14 @@ from tests.component.exporter_support import exporter_for, history, scrape, wait
 from tests.real.scenario_support import (
     CONCURRENT_GENERATIONS,
     LONG_GENERATION_TOKENS,
+    REAL_INTERVAL,
     PollRecord,
     ServerCounters,
     cancel_all,
     engine_values,
     http_session,
     judged_polls,
+    prefill_interval,
     real_target,
     record_polls,
     server_counters,
@@ -95,15 +97,24 @@ async def test_long_chunked_prefill_is_never_stalled_and_check_says_healthy(
         )
         try:
             await wait_for_running(session, real_vllm.base_url, 1)
-            async with exporter_for(real_target(NAME, real_vllm.base_url)) as (service, _):
-                check = asyncio.create_task(run_check(real_target("check", real_vllm.base_url)))
-                polls = await record_polls(service, NAME, until=lambda h: h.polls >= 4, timeout=60)
+            interval = await prefill_interval(session, real_vllm.base_url)
+            async with exporter_for(real_target(NAME, real_vllm.base_url, interval)) as (
+                service,
+                _,
+            ):
+                check = asyncio.create_task(
+                    run_check(real_target("check", real_vllm.base_url, interval))
+                )
+                polls = await record_polls(
+                    service, NAME, until=lambda h: h.polls >= 4, timeout=60 + 4 * interval
+                )
                 result = await check
             still_prefilling = not prefill.done()
             answer = await prefill
         finally:
             await cancel_all([prefill])
         counted = (await server_counters(session, real_vllm.base_url)).since(before)
+    print(f"long prefill polled every {interval:.1f} s (from the time one KV block takes)")
 
     assert State.STALLED not in [poll.state for poll in polls], polls
     judged = judged_polls(polls)
@@ -306,14 +317,19 @@ async def server_under_test(
         )
 
 
-async def _states_over_polls(url: str, polls: int) -> tuple[list[PollRecord], int]:
-    """(every poll, test requests sent) of a fresh exporter reading `url` for `polls` polls."""
-    async with exporter_for(real_target(NAME, url)) as (service, _):
-        records = await record_polls(service, NAME, until=lambda h: h.polls >= polls, timeout=60)
+async def _states_over_polls(
+    url: str, polls: int, interval: float = REAL_INTERVAL
+) -> tuple[list[PollRecord], int]:
+    """(every poll, test requests sent) of a fresh exporter reading `url` every `interval`
+    seconds for `polls` polls."""
+    async with exporter_for(real_target(NAME, url, interval)) as (service, _):
+        records = await record_polls(
+            service, NAME, until=lambda h: h.polls >= polls, timeout=60 + polls * interval
+        )
         return records, history(service, NAME).probe_requests
 
 
-def _judged_busy(states: list[State]) -> object:
+def _judged_busy(states: list[State | None]) -> object:
     """What a run of polls of a working server must show, whatever the timing: the first poll
     recorded is the exporter's first read (unknown: nothing to compare with yet) or, when the
     recorder starts a poll late on a loaded machine, already busy; every later poll is busy.
@@ -359,7 +375,8 @@ async def test_simulator_and_real_server_get_the_same_verdicts(
         )
         try:
             await wait_for_running(session, under_test.url, 1)
-            prefilling, _ = await _states_over_polls(under_test.url, 4)
+            interval = await prefill_interval(session, under_test.url)
+            prefilling, _ = await _states_over_polls(under_test.url, 4, interval)
             verdicts["prefill still running"] = not prefill.done()
         finally:
             await cancel_all([prefill])
@@ -367,7 +384,7 @@ async def test_simulator_and_real_server_get_the_same_verdicts(
         verdicts["prefill steps flat"] = (
             len({engine_values(poll.reading, "steps") for poll in prefilling}) == 1
         )
-    print(f"{server}: {verdicts}")
+    print(f"{server}: {verdicts}; the prefill polled every {interval:.1f} s")
 
     assert verdicts == {
         "idle": ["idle"],
