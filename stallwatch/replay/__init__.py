@@ -19,19 +19,20 @@ way runs twice, with its restart window (`restart_after`, the real `with_window`
 old two-poll rule (`restart_after` 0), so the report puts both side by side.
 
 The engine advances `tokens_per_step` tokens per request per step (time scaled to match), so
-that a whole day runs in about a second; what the decisions read (which counters moved between
+that a whole day runs in about a second a way; what the decisions read (which counters moved between
 two reads 15 s apart) is unchanged by that.
 
 Modules: `config` (the settings), `clock` (the virtual clock), `server` (the simulated server),
-`traffic` (the seeded plan and its replay), `silences` (the seeded legitimate silences), `old_way`, `stallwatch_way`, `day` (running both
-ways), `report` (table and JSON), `cli` (`stallwatch replay`).
+`traffic` (the seeded plan and its replay), `silences` (the seeded legitimate silences),
+`old_way`, `stallwatch_way`, `day` (running the three ways), `report` (table and JSON), `cli`
+(`stallwatch replay`).
 
 With `--servers N --days D` the same package replays a fleet with correlated faults (network
-blips, exporter restarts, a bad node) watched four ways: `fleet_plan` (settings and the seeded
-plan), `fleet_state` (each way's coarse per-server state and tally), `fleet_stallwatch`
-(stallwatch with and without its fleet rules, on the project's own policy steps),
-`fleet_probes` (a kubelet `/health` probe, a canary-on-idle watchdog), `fleet` (all four on one
-plan), `fleet_report`.
+blips, exporter restarts, a bad node) and legitimate silences, watched five ways: `fleet_plan`
+(settings and the seeded plan), `fleet_state` (each way's coarse per-server state and tally),
+`fleet_stallwatch` (stallwatch with its fleet rules, the same with the two-poll rule, and
+without the fleet rules, on the project's own policy steps), `fleet_probes` (a kubelet
+`/health` probe, a canary-on-idle watchdog), `fleet` (all five on one plan), `fleet_report`.
 """
 
 from stallwatch.replay.config import ReplayConfig

@@ -21,13 +21,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "replay",
         help="replay the incident in virtual time, on one server or a fleet: old way vs stallwatch",
         description=(
-            "Simulate one day on one model server (deterministic, virtual time, a few seconds) "
-            "twice: watched by request-sending watchdogs, and watched by stallwatch's own "
-            "decision code. Prints restarts, failed requests, test requests sent to a busy "
-            "server, downtime, and how fast real hangs were caught. With --servers N and "
+            "Simulate one day on one model server (deterministic, virtual time, a few seconds), "
+            "with real hangs and legitimate silences (compiles, weight syncs, autotune): watched "
+            "by request-sending watchdogs, and by stallwatch's own decision code with its "
+            "restart window and with the old two-poll rule. Prints restarts (false ones, and "
+            "those in a silence), failed requests, test requests sent to a busy server, "
+            "downtime, how fast real hangs were caught, and near misses. With --servers N and "
             "--days D: a fleet with correlated faults (network blips, exporter restarts, bad "
-            "nodes), watched by stallwatch with and without its fleet rules, a kubelet /health "
-            "probe and a canary-on-idle watchdog."
+            "nodes) and silences, watched by stallwatch with its fleet rules (window and "
+            "two-poll rule) and without them, a kubelet /health probe and a canary-on-idle "
+            "watchdog."
         ),
     )
     parser.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
@@ -47,7 +50,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--servers",
         type=_whole_positive,
         default=1,
-        help="replay a fleet of this many servers, watched four ways (default 1: one server)",
+        help="replay a fleet of this many servers, watched five ways (default 1: one server)",
     )
     parser.add_argument(
         "--days",

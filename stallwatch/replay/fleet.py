@@ -1,4 +1,6 @@
-"""The fleet replay: N servers over D days, watched four ways, on the same seeded plan."""
+"""The fleet replay: N servers over D days, watched five ways, on the same seeded plan: stallwatch
+with its fleet rules (restart window at the plan's `restart_after`), the same with the two-poll
+rule (`restart_after` 0), stallwatch without fleet rules, a kubelet probe, a canary on idle."""
 
 from __future__ import annotations
 
@@ -12,7 +14,8 @@ from stallwatch.replay.fleet_state import WayTally
 
 @dataclass(frozen=True)
 class FleetResult:
-    """The plan, and what each way did with it (stallwatch with fleet rules first)."""
+    """The plan, and what each way did with it (stallwatch with fleet rules first, then the same
+    with the two-poll rule)."""
 
     plan: FleetPlan
     ways: tuple[WayTally, ...]
@@ -25,6 +28,7 @@ def run_fleet(config: FleetConfig) -> FleetResult:
     with_rules = FleetStallwatch(plan, fleet_rules=True)
     ways = (
         with_rules.run(),
+        FleetStallwatch(plan, fleet_rules=True, restart_after=0.0).run(),
         FleetStallwatch(plan, fleet_rules=False).run(),
         kubelet_probe(plan),
         canary_on_idle(plan),

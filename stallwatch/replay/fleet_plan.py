@@ -1,4 +1,5 @@
-"""The fleet replay's settings and seeded plan: traffic, independent hangs, correlated faults."""
+"""The fleet replay's settings and seeded plan: traffic, independent hangs, correlated faults,
+and legitimate silences (an engine that freezes and goes on by itself)."""
 
 from __future__ import annotations
 
@@ -6,12 +7,15 @@ import bisect
 import random
 from dataclasses import dataclass
 
+from stallwatch.common.restart_limits import DEFAULT_RESTART_AFTER
+from stallwatch.replay.config import SyncHolds
+
 DAY = 86400.0
 
 
 @dataclass(frozen=True)
 class FleetConfig:
-    """The fleet, its faults and the four ways of watching it. Times in seconds."""
+    """The fleet, its faults and silences, and the ways of watching it. Times in seconds."""
 
     seed: int = 1
     servers: int = 8
@@ -34,6 +38,21 @@ class FleetConfig:
     exporter_restarts_per_day: float = 0.5
     exporter_restart_seconds: float = 30.0
     bad_nodes_per_week: float = 2.0
+    # Legitimate silences (the one-server replay's, `replay.silences`, per server): JIT compiles
+    # of shapes not seen before, striking a busy server (about one per server every two days);
+    # an RL trainer feeding the first `weight_sync_servers` servers, pushing weights into all
+    # of them at once on a schedule, holding them first on the syncs `weight_sync_holds` says;
+    # an autotune on every start after a restart, before vLLM opens its port (the server
+    # reads down: loading).
+    legitimate_silences: bool = True
+    compiles_per_server_hour: float = 0.02
+    compile_seconds: tuple[float, float] = (30.0, 70.0)
+    weight_sync_every_hours: float = 6.0
+    weight_sync_seconds: tuple[float, float] = (120.0, 300.0)
+    weight_sync_servers: int = 2  # the servers one trainer feeds
+    weight_sync_holds: SyncHolds = "alternate"
+    weight_sync_hold_seconds: float = 600.0
+    start_autotune_seconds: tuple[float, float] = (206.0, 363.0)
     # Stallwatch.
     exporter_interval: float = 15.0
     group_wait: float = 30.0
@@ -41,6 +60,8 @@ class FleetConfig:
     confirm_gap: float = 5.0
     cooldown: float = 600.0
     operator_resume_seconds: float = 1800.0  # a paged operator resumes the breaker
+    restart_after: float = DEFAULT_RESTART_AFTER  # the restart window (0: the two-poll rule)
+    rules_hold_clause: bool = True  # the restart alerts keep quiet for a held target
     # The kubelet liveness probe on /health.
     probe_period: float = 10.0
     probe_failure_threshold: int = 3
@@ -62,6 +83,21 @@ class Blip:
 
 
 @dataclass(frozen=True)
+class PlannedSilence:
+    """A legitimate silence planned for one server: it strikes only a server up and not hung."""
+
+    start: float
+    server: int
+    seconds: float
+    cause: str  # compile, weight_sync
+    held: bool = False
+
+    @property
+    def end(self) -> float:
+        return self.start + self.seconds
+
+
+@dataclass(frozen=True)
 class FleetPlan:
     """What happens to the fleet, the same for every way of watching it."""
 
@@ -70,6 +106,11 @@ class FleetPlan:
     hangs: tuple[tuple[float, int, str], ...]  # (time, server, cause), time order
     blips: tuple[Blip, ...]
     exporter_restarts: tuple[float, ...]
+    silences: tuple[PlannedSilence, ...] = ()  # time order
+    autotunes: tuple[float, ...] = ()  # each start's autotune after a restart, cycled
+
+    def autotune(self, start: int) -> float:
+        return self.autotunes[start % len(self.autotunes)] if self.autotunes else 0.0
 
     def busy(self, server: int, now: float) -> bool:
         return bisect.bisect_right(self.toggles[server], now) % 2 == 1
@@ -125,6 +166,49 @@ def plan_fleet(config: FleetConfig) -> FleetPlan:
         servers = frozenset(rng.sample(range(config.servers), count))
         blips.append(Blip(t, t + rng.uniform(*config.blip_seconds), servers))
     exporter_restarts = _times(rng, config.exporter_restarts_per_day / DAY, config.duration)
-    return FleetPlan(
+    plan = FleetPlan(
         config, tuple(toggles), tuple(sorted(hangs)), tuple(blips), tuple(exporter_restarts)
+    )
+    if not config.legitimate_silences:
+        return plan
+    return plan_silences(plan)
+
+
+def _held(index: int, config: FleetConfig) -> bool:
+    if config.weight_sync_holds == "always":
+        return True
+    return config.weight_sync_holds == "alternate" and index % 2 == 0
+
+
+def plan_silences(plan: FleetPlan) -> FleetPlan:
+    """`plan` with its legitimate silences, from their own random stream (the rest of the plan
+    is the same with or without them)."""
+    config = plan.config
+    rng = random.Random(f"fleet-silences-{config.seed}")
+    silences: list[PlannedSilence] = []
+    for server in range(config.servers):
+        for t in _times(rng, config.compiles_per_server_hour / 3600.0, config.duration):
+            if plan.busy(server, t):  # a new shape comes with work
+                silences.append(
+                    PlannedSilence(t, server, rng.uniform(*config.compile_seconds), "compile")
+                )
+    fed = range(min(config.weight_sync_servers, config.servers))
+    if config.weight_sync_every_hours > 0 and fed:
+        every = config.weight_sync_every_hours * 3600.0
+        t = rng.uniform(0.25, 0.75) * every
+        index = 0
+        while t < config.duration:
+            seconds, held = rng.uniform(*config.weight_sync_seconds), _held(index, config)
+            silences += [PlannedSilence(t, s, seconds, "weight_sync", held) for s in fed]
+            t += every
+            index += 1
+    autotunes = tuple(rng.uniform(*config.start_autotune_seconds) for _ in range(64))
+    return FleetPlan(
+        config,
+        plan.toggles,
+        plan.hangs,
+        plan.blips,
+        plan.exporter_restarts,
+        tuple(sorted(silences, key=lambda silence: (silence.start, silence.server))),
+        autotunes,
     )

@@ -41,8 +41,9 @@ def canary_on_idle(plan: FleetPlan) -> WayTally:
     """A Dynamo-style canary: a test request to each worker whose running gauge reads 0.
 
     A worker that froze while idle still reads 0, looks idle, gets the canary, fails it and is
-    restarted (`failureThreshold` 1). A worker that froze while busy keeps its running gauge
-    above 0, never looks idle and is never checked.
+    restarted (`failureThreshold` 1), a hang and a weight sync alike (ai-dynamo/dynamo#14703).
+    A worker that froze while busy keeps its running gauge above 0, never looks idle and is
+    never checked.
     """
     config = plan.config
     fleet = FleetState(plan)
@@ -54,10 +55,17 @@ def canary_on_idle(plan: FleetPlan) -> WayTally:
             if fleet.loading(server, now):
                 continue
             hang = fleet.hang[server]
-            reads_idle = (not plan.busy(server, now)) if hang is None else not hang.running_at_hang
+            silence = fleet.silent(server, now)
+            if hang is not None:
+                reads_idle = not hang.running_at_hang
+            elif silence is not None:  # frozen gauges: what they read when it began
+                reads_idle = not silence.running_at_start
+            else:
+                reads_idle = not plan.busy(server, now)
             if not reads_idle:
                 continue
-            failures[server] = failures[server] + 1 if hang is not None else 0
+            frozen = hang is not None or silence is not None  # the canary gets no answer
+            failures[server] = failures[server] + 1 if frozen else 0
             if failures[server] >= config.canary_failure_threshold:
                 failures[server] = 0
                 fleet.restart(server, now)

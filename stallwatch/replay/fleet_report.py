@@ -27,26 +27,39 @@ def _missed(way: WayTally) -> str:
     return f"{len(missed)} ({busy} hung while busy)"
 
 
+def _silences(way: WayTally) -> str:
+    return f"{len(way.silences)} ({way.restarts_in_silences} cut short)"
+
+
+def _near_misses(way: WayTally) -> str:
+    return "-" if way.restart_after is None else str(way.recovered_in_window)
+
+
 def _rows(result: FleetResult) -> list[tuple[str, ...]]:
     ways = result.ways
     return [
         ("restarts of healthy servers", *(str(w.healthy_restarts) for w in ways)),
         ("  of them during a network blip", *(str(w.healthy_restarts_in_blips) for w in ways)),
+        ("  of them in a legitimate silence", *(str(w.restarts_in_silences) for w in ways)),
         ("hangs caught", *(f"{w.hangs_caught} of {len(w.hangs)}" for w in ways)),
         ("hangs left to a person", *(_missed(w) for w in ways)),
         ("time to catch a hang", *(_catch(w) for w in ways)),
         ("server-hours hung", *(f"{w.minutes_hung / 60:.1f}" for w in ways)),
         ("requests failed", *(str(w.requests_failed) for w in ways)),
+        ("legitimate silences (cut short by a restart)", *(_silences(w) for w in ways)),
+        ("near misses: recovered in the window", *(_near_misses(w) for w in ways)),
     ]
 
 
 def format_fleet(result: FleetResult, elapsed: float | None = None) -> str:
-    """The four ways side by side, the faults of the plan, and the model's assumptions."""
+    """The five ways side by side, the faults of the plan, and the model's assumptions."""
     plan = result.plan
     config = plan.config
+    window = config.restart_after
     heads = (
         "",
-        "stallwatch + fleet rules",
+        f"stallwatch + fleet rules ({window / 60:g}m)" if window else "stallwatch + fleet rules",
+        "same, two-poll rule (0)",
         "stallwatch, no fleet rules",
         "kubelet /health",
         "canary on idle",
@@ -62,6 +75,7 @@ def format_fleet(result: FleetResult, elapsed: float | None = None) -> str:
         f"({len(plan.blips[0].servers) if plan.blips else 0} servers unreadable for "
         f"{config.blip_seconds[0] / 60:g}-{config.blip_seconds[1] / 60:g} min), "
         f"{len(plan.exporter_restarts)} exporter restart(s)",
+        _planned_silences(result),
         "",
     ]
     lines += [
@@ -72,7 +86,7 @@ def format_fleet(result: FleetResult, elapsed: float | None = None) -> str:
         "",
         f"breaker opened {result.breaker_openings} time(s) (stallwatch + fleet rules)",
     ]
-    for way in result.ways[:2]:
+    for way in result.ways[:3]:
         if way.skips:
             skips = ", ".join(f"{k} {v}" for k, v in way.skips.items())
             lines.append(f"{way.name} restarter skips: {skips}")
@@ -81,6 +95,19 @@ def format_fleet(result: FleetResult, elapsed: float | None = None) -> str:
     if elapsed is not None:
         lines += ["", f"(replayed in {elapsed:.1f} s)"]
     return "\n".join(lines)
+
+
+def _planned_silences(result: FleetResult) -> str:
+    silences = result.plan.silences
+    if not silences:
+        return "legitimate silences: none planned"
+    compiles = sum(1 for silence in silences if silence.cause == "compile")
+    syncs = [silence for silence in silences if silence.cause == "weight_sync"]
+    held = sum(1 for silence in syncs if silence.held)
+    return (
+        f"legitimate silences planned: {compiles} compiles, {len(syncs)} server weight syncs "
+        f"({held} held), an autotune on every start after a restart"
+    )
 
 
 def fleet_document(result: FleetResult) -> dict[str, Any]:
@@ -122,6 +149,23 @@ def fleet_document(result: FleetResult) -> dict[str, Any]:
                 "requests_failed": way.requests_failed,
                 "minutes_hung": round(way.minutes_hung, 1),
                 "restarter_skips": way.skips,
+                "restart_after_seconds": way.restart_after,
+                "restarts_in_silences": way.restarts_in_silences,
+                "recovered_in_window": way.recovered_in_window,
+                "silences": [
+                    {
+                        "server": silence.planned.server,
+                        "started_at_seconds": round(silence.planned.start, 1),
+                        "cause": silence.planned.cause,
+                        "seconds": round(silence.planned.seconds, 1),
+                        "held": silence.planned.held,
+                        "with_work": silence.running_at_start,
+                        "restarted_after_seconds": None
+                        if silence.restarted_after is None
+                        else round(silence.restarted_after, 1),
+                    }
+                    for silence in way.silences
+                ],
             }
             for way in result.ways
         ],
@@ -153,7 +197,8 @@ def fleet_assumptions(config: FleetConfig) -> list[str]:
         f"{config.exporter_interval:g} s at once, the poll's state derived from the true state "
         "(not from counters), alert rules, group_wait "
         f"{config.group_wait:g} s per alert and target, then the restarter's real decide, "
-        "breaker_trip and decide_confirmed with one fleet-wide History; confirmation reads are "
+        "breaker_trip, decide_confirmed and with_window with one fleet-wide History (holds "
+        "included); confirmation reads are "
         "modelled from the true state; shipped defaults (mass stall > 50 % and >= 3, "
         "max_in_flight 1, fleet_window 2 per 15 min, cooldown "
         f"{config.cooldown / 60:g} min); without fleet rules = no mass-stall cap and no "
@@ -168,6 +213,23 @@ def fleet_assumptions(config: FleetConfig) -> list[str]:
         "gauge reads 0; a worker frozen while idle reads 0 and fails it (restarted, "
         f"failureThreshold {config.canary_failure_threshold}); one frozen while busy is never "
         "checked",
+        "legitimate silences, frozen counters that go on by themselves (a restart during one "
+        "is a false restart): JIT compiles (ai-dynamo/dynamo#14735) at "
+        f"{config.compiles_per_server_hour:g} per server-hour, striking busy servers, "
+        f"{config.compile_seconds[0]:g}-{config.compile_seconds[1]:g} s; weight syncs "
+        f"(ai-dynamo/dynamo#14703) into the first {config.weight_sync_servers} servers at once, "
+        f"every {config.weight_sync_every_hours:g} h, {config.weight_sync_seconds[0] / 60:g}-"
+        f"{config.weight_sync_seconds[1] / 60:g} min, holds: {config.weight_sync_holds} (a "
+        f"{config.weight_sync_hold_seconds / 60:g} min hold, released when the sync ends; the "
+        "restart rules' hold clause "
+        + ("on" if config.rules_hold_clause else "off")
+        + "); a silent server with work reads stalled, an idle one fails its test request "
+        "(and the canary); autotune and CUDA-graph capture (getainode/ainode#112) of "
+        f"{config.start_autotune_seconds[0]:g}-{config.start_autotune_seconds[1]:g} s after "
+        "the weights load on every start, port closed meanwhile (loading, for every way)",
+        f"stallwatch's restart window: restart_after {config.restart_after:g} s (the real "
+        "with_window; an alert waiting in it is judged again at its end); the two-poll rule "
+        "column is the same with restart_after 0",
         "a hang no watchdog catches is found and restarted by a person after "
         f"{config.person_notices_seconds / 3600:g} h (not counted as caught); a hang that "
         "strikes a server already hung or loading is dropped, so the ways can count different "

@@ -2,15 +2,21 @@
 
 The exporter's judgement is coarse (the state a poll would reach, from the server's true
 state, instead of `classify` on counters), but everything after it is the project's own code:
-`restart_alert_fires` for the alert rules, and the restarter's `decide`, `breaker_trip` and
-`decide_confirmed` with one `History` shared by the whole fleet (restarts, stalled targets,
-breaker). Alertmanager groups by alert name and target (as shipped), so each server's alert
-has its own group_wait.
+`restart_alert_fires` for the alert rules (with the hold clause), and the restarter's `decide`,
+`breaker_trip`, `decide_confirmed` and `with_window` with one `History` shared by the whole
+fleet (restarts, stalled targets, breaker, holds from `current_holds`). An alert waiting in its
+restart window is judged again when the window ends, one on hold when its hold ends, and one
+that resolves closes its window as a near miss, as the restarter's `RestartWindows` and
+`HeldAlerts` do. The confirmation reads are coarse too (from the true state, no readings), so
+a window's end sees "moved meanwhile" only as progress in those reads. Alertmanager groups by
+alert name and target (as shipped), so each server's alert has its own group_wait.
 """
 
 from __future__ import annotations
 
+import bisect
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from stallwatch.common.exporter_config import DEFAULT_PROBE_MIN_INTERVAL_SECONDS
@@ -26,7 +32,17 @@ from stallwatch.core.alerts import Alert
 from stallwatch.core.classify import State
 from stallwatch.core.confirmation import Confirmation
 from stallwatch.core.fleet import Controls, breaker_trip
-from stallwatch.core.policy import History, PastDecision, PastRestart, decide, decide_confirmed
+from stallwatch.core.holds import Hold, HoldEvent, current_holds
+from stallwatch.core.policy import (
+    Decision,
+    History,
+    PastDecision,
+    PastRestart,
+    alert_key,
+    decide,
+    decide_confirmed,
+)
+from stallwatch.core.restart_window import RestartWindow, with_window
 from stallwatch.core.rules import RESTART_ALERT_STATES, restart_alert_fires
 from stallwatch.replay.clock import Scheduler
 from stallwatch.replay.fleet_plan import FleetPlan
@@ -40,16 +56,35 @@ def target_name(server: int) -> str:
     return f"server-{server}"
 
 
-def fleet_restarter_config(plan: FleetPlan, fleet_rules: bool) -> RestarterConfig:
-    """The shipped defaults for every server; without fleet rules, no mass-stall cap and no
-    breaker (`max_in_flight` and `fleet_window` stay: they are older than the fleet rules)."""
+def hold_events(plan: FleetPlan) -> tuple[HoldEvent, ...]:
+    """The trainers' holds, as the restarter's journal keeps them: one before each held weight
+    sync, released when it ends (time order)."""
     config = plan.config
+    events = []
+    for silence in plan.silences:
+        if silence.held:
+            name = target_name(silence.server)
+            duration = max(silence.seconds, config.weight_sync_hold_seconds)
+            events.append(HoldEvent("hold", name, silence.start, duration, "weight sync"))
+            events.append(HoldEvent("hold_released", name, silence.end, 0.0, "weight sync done"))
+    return tuple(sorted(events, key=lambda event: event.time))
+
+
+def fleet_restarter_config(
+    plan: FleetPlan, fleet_rules: bool, restart_after: float | None = None
+) -> RestarterConfig:
+    """The shipped defaults for every server; without fleet rules, no mass-stall cap and no
+    breaker (`max_in_flight` and `fleet_window` stay: they are older than the fleet rules).
+    `restart_after`: the restart window (None: the plan's config says)."""
+    config = plan.config
+    window = config.restart_after if restart_after is None else restart_after
     targets = tuple(
         Target(
             name=target_name(server),
             metrics_url=f"http://{target_name(server)}:8000/metrics",
             action=CommandAction(argv=("true",)),
             cooldown=config.cooldown,
+            restart_after=window,
         )
         for server in range(config.servers)
     )
@@ -72,16 +107,32 @@ def fleet_restarter_config(plan: FleetPlan, fleet_rules: bool) -> RestarterConfi
 class _Episode:
     starts_at: float
     last_sent: float | None = None
+    alert: Alert | None = None  # as last delivered
 
 
 class FleetStallwatch:
     """Exporter polls, alert rules, Alertmanager timing and one restarter for the whole fleet."""
 
-    def __init__(self, plan: FleetPlan, fleet_rules: bool) -> None:
+    def __init__(
+        self, plan: FleetPlan, fleet_rules: bool, restart_after: float | None = None
+    ) -> None:
         self.plan = plan
         self.config = plan.config
         self.fleet = FleetState(plan)
-        self.restarter = fleet_restarter_config(plan, fleet_rules)
+        self.restarter = fleet_restarter_config(plan, fleet_rules, restart_after)
+        self.restart_after = self.restarter.targets[0].restart_after
+        self.name = (
+            "stallwatch with fleet rules" if fleet_rules else "stallwatch without fleet rules"
+        )
+        if self.restart_after <= 0:
+            self.name += ", two-poll rule"
+        self.hold_events = hold_events(plan)
+        self._hold_times = [event.time for event in self.hold_events]
+        self._holds_at: tuple[float, Mapping[str, Hold]] = (-1.0, current_holds((), 0.0))
+        # The restarter's memory: open windows by alert episode; alerts waiting for a time, by
+        # fingerprint (the alert, the server, and when it is due).
+        self.windows: dict[str, RestartWindow] = {}
+        self.waiting: dict[str, tuple[Alert, int, float]] = {}
         self.scheduler = Scheduler()
         count = self.config.servers
         self.state: list[State | None] = [None] * count
@@ -103,13 +154,20 @@ class FleetStallwatch:
         while self.scheduler.next_time() < self.config.duration:
             when, action = self.scheduler.pop()
             action(when)
-        tally = self.fleet.tally(
-            "stallwatch with fleet rules"
-            if self.restarter.breaker.on_mass_stall
-            else "stallwatch without fleet rules",
-            dict(self.skips),
-        )
-        return tally
+        return self.fleet.tally(self.name, dict(self.skips), self.restart_after)
+
+    def holds(self, now: float) -> Mapping[str, Hold]:
+        """The holds in force at `now`: the journal's hold rows from `max_hold` before it up to
+        it, as `TargetHolds.current` reads them."""
+        if self._holds_at[0] != now:
+            since = now - self.restarter.max_hold - 1.0
+            rows = self.hold_events[
+                bisect.bisect_left(self._hold_times, since) : bisect.bisect_right(
+                    self._hold_times, now
+                )
+            ]
+            self._holds_at = (now, current_holds(rows, now))
+        return self._holds_at[1]
 
     # The exporter: one poll of every server per interval.
 
@@ -123,7 +181,7 @@ class FleetStallwatch:
         self.polls = [0] * self.config.servers
         self.baseline = [False] * self.config.servers
         for server, alertname in list(self.episodes):
-            self._resolve(server, alertname)
+            self._resolve(server, alertname, now)
 
     def _observe(self, server: int, now: float) -> State:
         """The state the exporter's poll would reach (coarse, from the server's true state)."""
@@ -139,12 +197,15 @@ class FleetStallwatch:
         hang = fleet.hang[server]
         if hang is not None and hang.running_at_hang:
             return State.STALLED  # running > 0, nothing moves
-        if hang is None and self.plan.busy(server, now):
+        silence = fleet.silent(server, now)
+        if silence is not None and silence.running_at_start:
+            return State.STALLED  # frozen with work present, until it goes on by itself
+        if hang is None and silence is None and self.plan.busy(server, now):
             self.proven_alive[server] = now
             return State.BUSY
         if now - self.proven_alive[server] < DEFAULT_PROBE_MIN_INTERVAL_SECONDS:
             return State.IDLE  # the idle test request is not due yet
-        if hang is not None:
+        if hang is not None or silence is not None:
             return State.UNRESPONSIVE  # the test request fails
         self.proven_alive[server] = now
         return State.IDLE
@@ -163,8 +224,11 @@ class FleetStallwatch:
     # Prometheus and Alertmanager (group_by alertname and target).
 
     def _evaluate(self, server: int, now: float) -> None:
+        held = self.config.rules_hold_clause and target_name(server) in self.holds(now)
         for alertname in RESTART_ALERT_STATES:
-            firing = restart_alert_fires(alertname, self.state[server], self.polls[server])
+            firing = restart_alert_fires(
+                alertname, self.state[server], self.polls[server], held=held
+            )
             key = (server, alertname)
             episode = self.episodes.get(key)
             if firing and episode is None:
@@ -174,12 +238,19 @@ class FleetStallwatch:
                 if now - episode.last_sent >= self.config.repeat_interval:
                     self.scheduler.at(now, self._notifier(key))
             elif not firing and episode is not None:
-                self._resolve(server, alertname)
+                self._resolve(server, alertname, now)
 
-    def _resolve(self, server: int, alertname: str) -> None:
-        del self.episodes[(server, alertname)]
+    def _resolve(self, server: int, alertname: str, now: float) -> None:
+        episode = self.episodes.pop((server, alertname))
         if not any(s == server for s, _ in self.episodes):
             self.seen_stalled.pop(target_name(server), None)
+        alert = episode.alert
+        if alert is None:
+            return
+        # `Restarter._resolve`: the alert no longer waits; its open window is a near miss.
+        self.waiting.pop(alert.fingerprint, None)
+        if self.windows.pop(alert_key(alert), None) is not None:
+            self._record(alert, now, "skip", "recovered_in_window")
 
     def _notifier(self, key: tuple[int, str]):  # type: ignore[no-untyped-def]
         def notify(now: float) -> None:
@@ -198,6 +269,7 @@ class FleetStallwatch:
                 fingerprint=f"{alertname}:{name}",
                 starts_at=_rfc3339(episode.starts_at),
             )
+            episode.alert = alert
             self.seen_stalled.setdefault(name, now)
             self._receive(server, alert, now)
 
@@ -219,6 +291,7 @@ class FleetStallwatch:
             stalled=stalled,
             covered=self.config.servers,
             controls=self.controls,
+            holds=self.holds(now),
         )
 
     def _record(self, alert: Alert, now: float, action: str, reason: str) -> None:
@@ -245,15 +318,32 @@ class FleetStallwatch:
         decision = decide(alert, self.restarter, history, now)
         if not decision.restarts:
             self._record(alert, now, decision.action, decision.reason)
+            self._wait(server, alert, decision, now)
             return
 
         def confirm(later: float) -> None:
             self.fleet.advance(later)
             history = self._check_breaker(self._history(alert, later), later)
-            final = decide_confirmed(
-                alert, self.restarter, history, later, self._confirmation(server, later)
-            )
+            confirmation = self._confirmation(server, later)
+            final = decide_confirmed(alert, self.restarter, history, later, confirmation)
+            key = alert_key(alert)
+            target = self.restarter.target(alert.target or "")
+            if target is not None:
+                windowed = with_window(
+                    final,
+                    self.windows.get(key),
+                    alert=key,
+                    target=target,
+                    confirmation=confirmation,
+                    now=later,
+                )
+                if windowed.window is None:
+                    self.windows.pop(key, None)
+                else:
+                    self.windows[key] = windowed.window
+                final = windowed.decision
             self._record(alert, later, final.action, final.reason)
+            self._wait(server, alert, final, later)
             if final.restarts:
                 self.past_restarts.append(
                     PastRestart(alert.target or "", later, later + ACTION_SECONDS)
@@ -261,6 +351,40 @@ class FleetStallwatch:
                 self.fleet.restart(server, later)
 
         self.scheduler.at(now + self.config.confirm_gap, confirm)
+
+    def _wait(self, server: int, alert: Alert, decision: Decision, now: float) -> None:
+        """`HeldAlerts.note` for the alerts that wait for a time: judged again at the window's
+        end, or once the target's hold has ended (run out, or released when the sync ended)."""
+        due: float | None = None
+        if decision.reason == "restart_window":
+            window = self.windows.get(alert_key(alert))
+            due = None if window is None else window.due_at
+        elif decision.reason == "on_hold":
+            due = self._hold_ends(alert.target or "", now)
+        if due is None:
+            self.waiting.pop(alert.fingerprint, None)
+            return
+        self.waiting[alert.fingerprint] = (alert, server, due)
+        self.scheduler.at(due, self._release)
+
+    def _hold_ends(self, target: str, now: float) -> float | None:
+        """When the target's hold in force at `now` ends: its release, or it runs out."""
+        hold = self.holds(now).get(target)
+        if hold is None:
+            return None
+        released = [
+            event.time
+            for event in self.hold_events
+            if event.kind == "hold_released" and event.target == target and event.time > now
+        ]
+        return min([hold.until, *released])
+
+    def _release(self, now: float) -> None:
+        self.fleet.advance(now)
+        due = [(f, a, s) for f, (a, s, when) in self.waiting.items() if when <= now]
+        for fingerprint, alert, server in due:
+            del self.waiting[fingerprint]
+            self._receive(server, alert, now)
 
     def _confirmation(self, server: int, now: float) -> Confirmation:
         """What two fresh reads of the server, `confirm_gap` apart, would show."""
@@ -270,9 +394,13 @@ class FleetStallwatch:
         if self.plan.blipped(server, now):
             return Confirmation(False, "no_answer", "connected, no answer")
         hang = fleet.hang[server]
-        if hang is not None and hang.running_at_hang:
+        silence = fleet.silent(server, now)
+        frozen_busy = (hang is not None and hang.running_at_hang) or (
+            hang is None and silence is not None and silence.running_at_start
+        )
+        if frozen_busy:
             return Confirmation(True, None, "requests running, no progress")
-        if hang is not None:
+        if hang is not None or silence is not None:
             return Confirmation(False, "idle", "no work and nothing moved")
         if self.plan.busy(server, now):
             return Confirmation(False, "progress", "tokens generated")

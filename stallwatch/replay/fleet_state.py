@@ -1,15 +1,17 @@
-"""One way's view of the fleet: a coarse per-server state (busy, idle, hung, loading) and its tally.
+"""One way's view of the fleet: a coarse per-server state (busy, idle, hung, silent, loading) and
+its tally.
 
 Each way of watching the fleet gets its own `FleetState` over the same `FleetPlan`: the plan
-says when servers turn busy or idle and when hangs strike; the way's restarts change the rest
-(a restart ends a hang and loads the model, refusing requests meanwhile).
+says when servers turn busy or idle and when hangs and legitimate silences strike; the way's
+restarts change the rest (a restart ends a hang, or cuts a silence short, and loads the model,
+refusing requests meanwhile).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from stallwatch.replay.fleet_plan import FleetPlan
+from stallwatch.replay.fleet_plan import FleetPlan, PlannedSilence
 
 
 @dataclass
@@ -21,6 +23,16 @@ class FleetHang:
     cause: str  # independent, bad_node
     running_at_hang: bool  # the running gauge stayed above 0 (hung while busy)
     caught_after: float | None = None
+
+
+@dataclass
+class FleetSilence:
+    """One legitimate silence that struck a server under this way, and whether a restart cut it
+    short (a false restart: it would have ended by itself)."""
+
+    planned: PlannedSilence
+    running_at_start: bool  # work present: the frozen gauges read running > 0 (stalled)
+    restarted_after: float | None = None
 
 
 @dataclass(frozen=True)
@@ -35,6 +47,18 @@ class WayTally:
     requests_failed: int
     minutes_hung: float
     skips: dict[str, int]
+    silences: tuple[FleetSilence, ...] = ()
+    restart_after: float | None = None  # stallwatch's restart window (None: not stallwatch)
+
+    @property
+    def restarts_in_silences(self) -> int:
+        """Healthy restarts of a server in a legitimate silence."""
+        return sum(1 for silence in self.silences if silence.restarted_after is not None)
+
+    @property
+    def recovered_in_window(self) -> int:
+        """Near misses: confirmed stalls that recovered inside their restart window."""
+        return self.skips.get("recovered_in_window", 0)
 
     @property
     def hangs_caught(self) -> int:
@@ -52,6 +76,10 @@ class FleetState:
         self.config = plan.config
         count = self.config.servers
         self.hang: list[FleetHang | None] = [None] * count
+        self.silence: list[FleetSilence | None] = [None] * count
+        self.silences: list[FleetSilence] = []
+        self.starts = 0
+        self._next_silence = 0
         self.loading_until = [0.0] * count
         self.hangs: list[FleetHang] = []
         self.healthy_restarts = 0
@@ -79,10 +107,16 @@ class FleetState:
                 if hung:
                     self.hung_seconds += span
             self._advanced_to = now
+        for server, silence in enumerate(self.silence):
+            if silence is not None and now >= silence.planned.end:
+                self.silence[server] = None  # it ended by itself
         for server, hang in enumerate(self.hang):
             if hang is not None and now - hang.started_at >= config.person_notices_seconds:
                 self.hang[server] = None  # a person restarts it; no watchdog caught it
-                self.loading_until[server] = now + config.restart_load_seconds
+                self.loading_until[server] = (
+                    now + config.restart_load_seconds + self.plan.autotune(self.starts)
+                )
+                self.starts += 1
         hangs = self.plan.hangs
         while self._next_hang < len(hangs) and hangs[self._next_hang][0] <= now:
             when, server, cause = hangs[self._next_hang]
@@ -92,23 +126,48 @@ class FleetState:
             busy = self.plan.busy(server, when)
             hang = FleetHang(server, when, cause, running_at_hang=busy)
             self.hang[server] = hang
+            self.silence[server] = None  # a hung engine ends no silence by itself
             self.hangs.append(hang)
             if busy:
                 self.failed += config.running_when_busy
+        silences = self.plan.silences
+        while self._next_silence < len(silences) and silences[self._next_silence].start <= now:
+            planned = silences[self._next_silence]
+            self._next_silence += 1
+            server = planned.server
+            if now >= planned.end or self.hang[server] is not None:
+                continue
+            if self.loading_until[server] > planned.start:
+                continue  # a server not up has nothing to compile or sync
+            current = self.silence[server]
+            if current is not None and current.planned.end >= planned.end:
+                continue  # inside a longer silence
+            silence = FleetSilence(planned, self.plan.busy(server, planned.start))
+            self.silence[server] = silence
+            self.silences.append(silence)
 
     def loading(self, server: int, now: float) -> bool:
         return self.loading_until[server] > now
 
     def busy(self, server: int, now: float) -> bool:
-        """Busy with real work (a healthy server in a busy spell)."""
+        """Busy with real work (a healthy server in a busy spell; a silent one serves later)."""
         return (
             self.hang[server] is None
             and not self.loading(server, now)
             and self.plan.busy(server, now)
         )
 
+    def silent(self, server: int, now: float) -> FleetSilence | None:
+        """The legitimate silence the server is in now, if any."""
+        silence = self.silence[server]
+        if silence is None or not silence.planned.start <= now < silence.planned.end:
+            return None
+        return silence
+
     def restart(self, server: int, now: float) -> None:
         hang = self.hang[server]
+        silence = self.silent(server, now)
+        self.silence[server] = None
         if hang is not None:
             hang.caught_after = now - hang.started_at
             self.hang[server] = None
@@ -117,11 +176,21 @@ class FleetState:
             self.healthy_restarts += 1
             if self.plan.in_blip(now):
                 self.healthy_restarts_in_blips += 1
-            if self.busy(server, now):
+            if silence is not None:
+                silence.restarted_after = now - silence.planned.start
+                if silence.running_at_start:
+                    self.failed += self.config.running_when_busy
+            elif self.busy(server, now):
                 self.failed += self.config.running_when_busy
-        self.loading_until[server] = now + self.config.restart_load_seconds
+        # The weights load, then the autotune and graph capture: vLLM opens its port after both.
+        self.loading_until[server] = (
+            now + self.config.restart_load_seconds + self.plan.autotune(self.starts)
+        )
+        self.starts += 1
 
-    def tally(self, name: str, skips: dict[str, int] | None = None) -> WayTally:
+    def tally(
+        self, name: str, skips: dict[str, int] | None = None, restart_after: float | None = None
+    ) -> WayTally:
         self.advance(self.config.duration)
         return WayTally(
             name=name,
@@ -132,4 +201,6 @@ class FleetState:
             requests_failed=round(self.failed),
             minutes_hung=self.hung_seconds / 60.0,
             skips=dict(sorted((skips or {}).items())),
+            silences=tuple(self.silences),
+            restart_after=restart_after,
         )
