@@ -41,6 +41,7 @@ SkipReason = Literal[
     "restart_window",
     "recovered_in_window",
     "dry_run",
+    "invalid_pod_name",
 ]
 SKIP_REASONS: tuple[SkipReason, ...] = get_args(SkipReason)
 NOT_CONFIRMED: frozenset[str] = frozenset(r for r in SKIP_REASONS if r.startswith("not_confirmed"))

@@ -302,7 +302,7 @@ async def test_healthy_and_metrics_names(tmp_path: Path) -> None:
     assert 'stallwatch_restarter_webhook_requests_total{code="200"} 2.0' in text
     assert 'stallwatch_restarter_budget_exhausted{target="gpu1"} 0.0' in text
     assert set(RESULTS) == {"success", "failure", "timeout"}
-    assert len(SKIP_REASONS) == 19
+    assert len(SKIP_REASONS) == 20
 
 
 async def test_journal_endpoint_validates_limit(tmp_path: Path) -> None:

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
 from stallwatch.common.kubernetes_config import KubernetesAction
 from stallwatch.common.restarter_config import RestarterConfig, Target
 from stallwatch.core.alerts import TARGET_LABEL, Alert, Notification
+from stallwatch.core.kube_names import INVALID_POD_NAME, invalid_pod_names
 from stallwatch.core.pod_rules import (
     PodName,
     Refusal,
@@ -141,7 +142,9 @@ class KubeSide:
         wanted = [i for i, alert in enumerate(notification.alerts) if self.wants(alert, config)]
         if not wanted:
             return notification, {}
-        found = await asyncio.gather(*(self.resolve(notification.alerts[i]) for i in wanted))
+        found = await asyncio.gather(
+            *(_named_validly(self.resolve, config, notification.alerts[i]) for i in wanted)
+        )
         alerts = list(notification.alerts)
         refusals: dict[tuple[str, str], Decision] = {}
         for index, (alert, target) in zip(wanted, found, strict=True):
@@ -264,3 +267,16 @@ def _pod_of(target: Target | None) -> tuple[str, str] | None:
     if target is None or not isinstance(target.action, KubernetesAction):
         return None
     return target.action.namespace, target.action.pod
+
+
+async def _named_validly(
+    resolve: Callable[[Alert], Awaitable[tuple[Alert, Target | Decision]]],
+    config: RestarterConfig,
+    alert: Alert,
+) -> tuple[Alert, Target | Decision]:
+    """`resolve(alert)`, unless the pod or namespace it names is no Kubernetes name: then it is
+    refused (`invalid_pod_name`) before any API call, and the alerts beside it still count."""
+    problem = invalid_pod_names(config.rules, alert.labels)
+    if problem is not None:
+        return alert, Decision("skip", INVALID_POD_NAME, problem)
+    return await resolve(alert)
