@@ -90,7 +90,11 @@ def parse_target(text: str) -> ProbeTarget:
 
 
 def parse_allow_rule(text: str) -> AllowRule:
-    """`10.0.0.0/8`, `10.0.0.0/8:8000`, `127.0.0.1`, `*.svc.cluster.local:8*`, `[::1]:8000`."""
+    """`10.0.0.0/8`, `10.0.0.0/8:8000`, `127.0.0.1`, `*.svc.cluster.local:8*`, `[::1]:8000`.
+
+    An IPv6 address with a port is written in brackets; one without brackets whose last group
+    could be a port (`fd00::5:8000`) is refused as ambiguous, not read as every port.
+    """
     entry = text.strip()
     if not entry:
         raise AllowRuleError("an empty allow-list entry")
@@ -108,6 +112,13 @@ def parse_allow_rule(text: str) -> AllowRule:
         host_part, port_glob = entry.split(":")
     elif entry.count(":") > 1 and not _is_network(entry):
         raise AllowRuleError(f"write an IPv6 address in brackets, e.g. [::1]:8000, got {entry!r}")
+    elif (split := _address_and_port(entry)) is not None:
+        address, port = split
+        raise AllowRuleError(
+            f"{entry!r} is ambiguous: the IPv6 address {entry} on every port, or {address} on"
+            f" port {port}? Write [{address}]:{port} for that port, {address} for every port of"
+            f" {address}, or [{entry}] for every port of {entry}"
+        )
     if not port_glob or not all(c.isdigit() or c in "*?[]-" for c in port_glob):
         raise AllowRuleError(f"the port must be a number or a glob like 80*, got {entry!r}")
     if _is_network(host_part):
@@ -116,6 +127,21 @@ def parse_allow_rule(text: str) -> AllowRule:
     if not host_part or any(c in host_part for c in "/@ "):
         raise AllowRuleError(f"expected a CIDR or a host name pattern, got {entry!r}")
     return AllowRule(entry, None, host_part.lower(), port_glob)
+
+
+def _address_and_port(entry: str) -> tuple[str, str] | None:
+    """The (address, port) an unbracketed IPv6 address such as `fd00::5:8000` could also be
+    read as, or None when it can be read only one way (`fd00::5`, `::1`, a full address)."""
+    if "/" in entry or entry.count(":") < 2:
+        return None
+    address, _, last = entry.rpartition(":")
+    if not last.isdigit() or not 1 <= int(last) <= 65535:
+        return None
+    try:
+        ipaddress.IPv6Address(address)
+    except ValueError:
+        return None
+    return address, last
 
 
 def _is_network(text: str) -> bool:

@@ -11,6 +11,8 @@ from stallwatch.common.allowlist import (
     parse_allow_rule,
     parse_target,
 )
+from stallwatch.common.config import ConfigError
+from stallwatch.common.exporter_config import exporter_config_from_mapping
 
 
 @pytest.mark.parametrize(
@@ -94,3 +96,41 @@ def test_bad_allow_entries_are_refused(entry: str) -> None:
     """An entry that is neither a CIDR nor a host[:port] pattern is an error, not a no-op."""
     with pytest.raises(AllowRuleError):
         parse_allow_rule(entry)
+
+
+@pytest.mark.parametrize("entry", ["fd00::5:8000", "::1:9000", "fe80::1:2:80"])
+def test_an_unbracketed_ipv6_address_ending_like_a_port_is_ambiguous(entry: str) -> None:
+    """`fd00::5:8000` is refused, saying how to write the port and the every-port forms."""
+    address, port = entry.rsplit(":", 1)
+    with pytest.raises(AllowRuleError, match="ambiguous") as raised:
+        parse_allow_rule(entry)
+    assert f"[{address}]:{port} for that port" in str(raised.value)
+    assert f"{address} for every port" in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("entry", "port"),
+    [
+        ("fd00::5", "*"),
+        ("::1", "*"),
+        ("fd00::8000", "*"),
+        ("[fd00::5:8000]", "*"),
+        ("2001:db8:0:0:0:0:0:8000", "*"),
+        ("fd00::/64", "*"),
+        ("fd00::5:0", "*"),
+        ("[fd00::5]:8000", "8000"),
+    ],
+)
+def test_ipv6_entries_that_read_one_way_are_accepted(entry: str, port: str) -> None:
+    """Unbracketed addresses that cannot be address:port, and bracketed ones, still load."""
+    assert parse_allow_rule(entry).port_glob == port
+
+
+def test_the_exporter_config_refuses_the_ambiguous_entry_naming_file_and_field() -> None:
+    """At config load the error names the file and the module's allow entry."""
+    modules = {"m": {"allow": ["127.0.0.1", "fd00::5:8000"]}}
+    with pytest.raises(ConfigError) as raised:
+        exporter_config_from_mapping({"modules": modules}, "exporter.yml")
+    message = str(raised.value)
+    assert message.startswith("exporter.yml: modules.m.allow[1]: ")
+    assert "[fd00::5]:8000" in message
