@@ -27,6 +27,10 @@ EXPORTER_METRICS = frozenset(
     {
         "stallwatch_target_state",
         "stallwatch_target_state_polls",
+        "stallwatch_target_stall_seconds",
+        "stallwatch_target_recovered_stalls_total",
+        "stallwatch_target_last_recovered_stall_seconds",
+        "stallwatch_target_longest_recovered_stall_seconds",
         "stallwatch_target_up",
         "stallwatch_target_info",
         "stallwatch_target_interval_seconds",
@@ -52,6 +56,9 @@ RESTARTER_METRICS = frozenset(
     {
         "stallwatch_restarter_restarts_total",
         "stallwatch_restarter_skips_total",
+        "stallwatch_restarter_restart_after_seconds",
+        "stallwatch_restarter_recovered_in_window_total",
+        "stallwatch_restarter_hold_expiry_timestamp_seconds",
         "stallwatch_restarter_resolved_total",
         "stallwatch_restarter_webhook_requests_total",
         "stallwatch_restarter_budget_exhausted",
