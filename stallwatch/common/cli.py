@@ -6,6 +6,7 @@ import argparse
 import datetime
 import json
 import logging
+import math
 import re
 import sys
 from typing import Any, NoReturn
@@ -39,6 +40,25 @@ def positive_duration(text: str) -> float:
     if seconds <= 0:
         raise argparse.ArgumentTypeError(f"must be longer than zero, got {text!r}")
     return seconds
+
+
+def duration_or_seconds(text: str) -> float:
+    """An argparse type: a duration as in the config files (`30s`, `10m`, `1h30m`), or, for the
+    options that took one before durations did, a plain number of seconds (`30`, `0.5`); >= 0."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        pass
+    else:
+        if not math.isfinite(seconds) or seconds < 0:
+            raise argparse.ArgumentTypeError(
+                f"expected a duration (30s, 10m) or a number of seconds >= 0, got {text!r}"
+            )
+        return seconds
+    try:
+        return parse_duration(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"{error}, or a number of seconds") from None
 
 
 def add_service_arguments(parser: argparse.ArgumentParser, *, log_help: str) -> None:

@@ -9,7 +9,7 @@ import signal
 import sys
 from typing import Any
 
-from stallwatch.common.cli import add_logging_arguments, setup_logging
+from stallwatch.common.cli import add_logging_arguments, duration_or_seconds, setup_logging
 from stallwatch.simulator.config import SimConfig
 from stallwatch.simulator.engines import ENGINES
 from stallwatch.simulator.load import DEFAULT_USER_AGENT, run_load
@@ -111,9 +111,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument(
         "--sleep-idle-seconds",
-        type=float,
+        type=_idle_sleep,
         default=defaults.sleep_idle_seconds,
-        help="llama.cpp: sleep after this many idle seconds (< 0: never; default %(default)s)",
+        metavar="DURATION",
+        help="llama.cpp: sleep after this long idle, a duration (30s) or seconds (30); "
+        "< 0: never (default %(default)s)",
     )
     parser.add_argument(
         "--enable-fault-tolerance",
@@ -129,7 +131,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "load",
         help="keep N completions in flight against a server for a while",
         description="Batch-job style load: N /v1/completions requests with ignore_eos in flight "
-        "for DURATION seconds; prints a summary (sent, ok, failed by status).",
+        "for DURATION (60s, 10m, or a number of seconds); prints a summary (sent, ok, failed "
+        "by status).",
     )
     load.add_argument("url", help="base URL of the server, e.g. http://127.0.0.1:8000")
     load.add_argument("--concurrency", type=int, default=4, help="requests in flight (default 4)")
@@ -137,7 +140,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--prompt-tokens", type=int, default=32, help="prompt length in tokens (default 32)"
     )
     load.add_argument("--max-tokens", type=int, default=256, help="max_tokens (default 256)")
-    load.add_argument("--duration", type=float, default=10.0, help="seconds (default 10)")
+    load.add_argument(
+        "--duration",
+        type=duration_or_seconds,
+        default=10.0,
+        metavar="DURATION",
+        help="how long to keep the load: a duration (60s, 10m) or seconds (60) (default 10s)",
+    )
     load.add_argument("--model", default="tiny", help="model name (default tiny)")
     load.add_argument(
         "--user-agent", default=DEFAULT_USER_AGENT, help="User-Agent header (default %(default)s)"
@@ -236,6 +245,16 @@ def _serve_command(args: argparse.Namespace) -> int:
         print(f"stallwatch sim: {error}", file=sys.stderr)
         return 2
     return asyncio.run(_serve(config, args.host, args.port))
+
+
+def _idle_sleep(text: str) -> float:
+    """`--sleep-idle-seconds`: a duration or seconds, or a negative number (never sleeps)."""
+    if text.startswith("-"):
+        try:
+            return float(text)
+        except ValueError:
+            pass
+    return duration_or_seconds(text)
 
 
 def _load_command(args: argparse.Namespace) -> int:
