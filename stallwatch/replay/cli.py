@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import replace
 
 from stallwatch.common.cli import EXIT_USAGE
 from stallwatch.replay.config import ReplayConfig
@@ -58,6 +59,20 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=None,
         help="length of the fleet replay in days (default 7; implies the fleet replay)",
     )
+    parser.add_argument(
+        "--restart-after",
+        type=_non_negative,
+        default=None,
+        metavar="SECONDS",
+        help="stallwatch's restart window (default 300, the restarter's; 0: the two-poll rule; "
+        "the report always shows the two-poll rule beside it)",
+    )
+    parser.add_argument(
+        "--no-silences",
+        action="store_true",
+        help="no legitimate silences (compiles, weight syncs, autotune): the replays as they "
+        "were before they modelled them",
+    )
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.set_defaults(handler=_run)
 
@@ -106,7 +121,13 @@ def _run(args: argparse.Namespace) -> int:
     hours = 24.0 if args.hours is None else args.hours
     load = 1.0 if args.load is None else args.load
     started = time.perf_counter()
-    result = run_replay(ReplayConfig(seed=args.seed, hours=hours, load=load))
+    config = replace(
+        ReplayConfig(seed=args.seed, hours=hours, load=load),
+        legitimate_silences=not args.no_silences,
+    )
+    if args.restart_after is not None:
+        config = replace(config, restart_after=args.restart_after)
+    result = run_replay(config)
     elapsed = time.perf_counter() - started
     if args.json:
         print(json.dumps(result_document(result), indent=2))
@@ -118,7 +139,13 @@ def _run(args: argparse.Namespace) -> int:
 def _run_fleet(args: argparse.Namespace) -> int:
     days = 7.0 if args.days is None else args.days
     started = time.perf_counter()
-    result = run_fleet(FleetConfig(seed=args.seed, servers=args.servers, days=days))
+    config = replace(
+        FleetConfig(seed=args.seed, servers=args.servers, days=days),
+        legitimate_silences=not args.no_silences,
+    )
+    if args.restart_after is not None:
+        config = replace(config, restart_after=args.restart_after)
+    result = run_fleet(config)
     elapsed = time.perf_counter() - started
     if args.json:
         print(json.dumps(fleet_document(result), indent=2))

@@ -80,7 +80,8 @@ def test_silences_that_end_by_themselves_are_not_restarted_at_the_defaults(
     new, two_poll = result.new, result.two_poll
     assert two_poll is not None
     assert any("compile" in silence.causes for silence in new.silences)
-    assert any("weight_sync" in silence.causes for silence in new.silences)
+    assert any("weight_sync" in silence.causes and not silence.held for silence in new.silences)
+    assert any("weight_sync" in silence.causes and silence.held for silence in new.silences)
     assert new.false_restarts == new.restarts_in_silence == 0
     assert all(silence.restarted_after is None for silence in new.silences)
     assert two_poll.restarts_in_silence > 0
@@ -198,6 +199,21 @@ def test_cli_prints_the_table_and_json(capsys: pytest.CaptureFixture[str]) -> No
     document = json.loads(capsys.readouterr().out)
     assert document["new"]["test_requests_to_busy_server"] == 0
     assert document["seed"] == 2
+
+
+def test_cli_without_silences_and_window_gives_the_earlier_day(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`--no-silences --restart-after 0` replays seed 1 as it was before silences and the
+    window: 44 false restarts the old way, none by stallwatch, hangs caught in 60, 63, 60 s."""
+    assert main(["replay", "--seed", "1", "--no-silences", "--restart-after", "0", "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["old"]["false_restarts"] == 44
+    assert document["new"]["false_restarts"] == 0
+    assert document["new"]["restart_after_seconds"] == 0.0
+    assert document["new"]["silences"] == []
+    catch = [round(hang["seconds_to_catch"]) for hang in document["new"]["hangs"]]
+    assert catch == [60, 63, 60]
 
 
 def test_cli_rejects_a_bad_number(capsys: pytest.CaptureFixture[str]) -> None:
