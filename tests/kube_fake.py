@@ -1,11 +1,25 @@
 """A protocol-level Kubernetes API for tests: real paths, verbs, bodies and status codes.
 
 It serves what the restarter uses (pods: get, list by labelSelector, delete; pods/eviction:
-create, 429 when a PodDisruptionBudget forbids; replicasets: get; deployments and
-statefulsets: get, merge-patch; leases: get, create, update with resourceVersion conflicts;
-events: create) over plain HTTP on loopback, authorizes every request against RBAC rules
-(403 for anything not granted, like the API server), and records each call as the
-(apiGroup, resource, verb) an RBAC rule would name.
+create, with PodDisruptionBudgets as kube-apiserver v1.32 applies them; replicasets: get;
+deployments and statefulsets: get, merge-patch; leases: get, create, update with
+resourceVersion conflicts; events: create, and list by fieldSelector as `kubectl describe`
+does) over plain HTTP on loopback, authorizes every request against RBAC rules (403 for
+anything not granted, like the API server), and records each call as the (apiGroup,
+resource, verb) an RBAC rule would name. A second token is a cluster admin (what a person
+runs kubectl with): not checked against the rules and not recorded.
+
+Where the real API refuses a body, this one refuses it the same way, with the real message;
+each rule below names the kube-apiserver source it follows (kubernetes/kubernetes v1.32):
+- times: a MicroTime field must be "2006-01-02T15:04:05.000000Z07:00", a Time field RFC 3339
+  (400 "<Kind> in version "v1" cannot be handled as a <Kind>: parsing time ..."; see
+  tests/kube_gotime.py and staging/src/k8s.io/apiserver/pkg/endpoints/handlers/rest.go,
+  transformDecodeError);
+- evictions: pkg/registry/core/pod/storage/eviction.go;
+- Leases: pkg/apis/coordination/validation/validation.go, and the Lease strategy's
+  AllowUnconditionalUpdate false (pkg/registry/coordination/lease/strategy.go);
+- Events: pkg/apis/core/validation/events.go (legacyValidateEvent, the core/v1 path), and
+  the fields a selector may name, pkg/registry/core/event/strategy.go (ToSelectableFields).
 """
 
 from __future__ import annotations
@@ -13,6 +27,9 @@ from __future__ import annotations
 import copy
 import itertools
 import json
+import re
+import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +37,10 @@ import yaml
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from tests.kube_gotime import RFC3339, RFC3339_MICRO, GoParseError, go_parse
+
 TOKEN = "fake-service-account-token"
+ADMIN_TOKEN = "fake-cluster-admin-token"
 LWS_NAME = "leaderworkerset.sigs.k8s.io/name"
 LWS_GROUP = "leaderworkerset.sigs.k8s.io/group-index"
 LWS_WORKER = "leaderworkerset.sigs.k8s.io/worker-index"
@@ -28,8 +48,10 @@ Key = tuple[str, str]
 Call = tuple[str, str, str]  # (apiGroup, resource[/subresource], verb)
 
 
-def status(code: int, reason: str, message: str) -> web.Response:
-    body = {
+def status(
+    code: int, reason: str, message: str, details: dict[str, Any] | None = None
+) -> web.Response:
+    body: dict[str, Any] = {
         "kind": "Status",
         "apiVersion": "v1",
         "metadata": {},
@@ -38,7 +60,285 @@ def status(code: int, reason: str, message: str) -> web.Response:
         "reason": reason,
         "code": code,
     }
+    if details is not None:
+        body["details"] = details
     return web.json_response(body, status=code)
+
+
+class Refused(Exception):
+    """A request the API answers with a Status error."""
+
+    def __init__(
+        self, code: int, reason: str, message: str, details: dict[str, Any] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.response = status(code, reason, message, details)
+
+
+# --- field errors (k8s.io/apimachinery/pkg/util/validation/field/errors.go) ------------------
+class GoRaw(str):
+    """A bad value Go prints with %#v (an unsigned number: 0x0)."""
+
+
+def _go_value(value: Any) -> str:
+    """How field.Error's ErrorBody prints a bad value (%v for numbers, %q for strings)."""
+    if isinstance(value, GoRaw):
+        return str(value)
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def required(path: str, detail: str = "") -> tuple[str, str, str]:
+    return (path, "FieldValueRequired", "Required value" + (f": {detail}" if detail else ""))
+
+
+def invalid(path: str, value: Any, detail: str) -> tuple[str, str, str]:
+    return (path, "FieldValueInvalid", f"Invalid value: {_go_value(value)}: {detail}")
+
+
+def too_long(path: str, limit: int) -> tuple[str, str, str]:
+    return (path, "FieldValueTooLong", f"Too long: must have at most {limit} bytes")
+
+
+def unprocessable(kind: str, name: str, errors: list[tuple[str, str, str]]) -> Refused:
+    """422 Invalid, as apierrors.NewInvalid words it (one error, or a [list])."""
+    texts = [f"{path}: {body}" for path, _, body in errors]
+    joined = texts[0] if len(texts) == 1 else "[" + ", ".join(texts) + "]"
+    causes = [{"reason": reason, "message": body, "field": path} for path, reason, body in errors]
+    return Refused(
+        422,
+        "Invalid",
+        f"{kind} {json.dumps(name)} is invalid: {joined}",
+        {"name": name, "kind": kind.split(".")[0], "causes": causes},
+    )
+
+
+# --- decoding times ----------------------------------------------------------------------------
+# The MicroTime and Time fields of the objects the restarter writes (k8s.io/api v0.32:
+# coordination/v1 LeaseSpec.acquireTime, renewTime; core/v1 Event.eventTime,
+# series.lastObservedTime are MicroTime; Event.firstTimestamp, lastTimestamp and
+# ObjectMeta.creationTimestamp, deletionTimestamp are Time).
+TIME_FIELDS: dict[str, tuple[tuple[tuple[str, ...], str], ...]] = {
+    "Lease": (
+        (("spec", "acquireTime"), RFC3339_MICRO),
+        (("spec", "renewTime"), RFC3339_MICRO),
+    ),
+    "Event": (
+        (("eventTime",), RFC3339_MICRO),
+        (("series", "lastObservedTime"), RFC3339_MICRO),
+        (("firstTimestamp",), RFC3339),
+        (("lastTimestamp",), RFC3339),
+    ),
+}
+_META_TIMES = (
+    (("metadata", "creationTimestamp"), RFC3339),
+    (("metadata", "deletionTimestamp"), RFC3339),
+)
+
+
+def decode_times(kind: str, body: dict[str, Any]) -> None:
+    """Refuse a body whose times the API server cannot decode, with its 400 message."""
+    version = str(body.get("apiVersion", "")).rsplit("/", 1)[-1]
+    for path, layout in (*TIME_FIELDS.get(kind, ()), *_META_TIMES):
+        node: Any = body
+        for key in path:
+            node = node.get(key) if isinstance(node, dict) else None
+        if node is None:  # absent, or JSON null: the zero time
+            continue
+        try:
+            if not isinstance(node, str):
+                raise GoParseError(
+                    f"json: cannot unmarshal {type(node).__name__} into Go value of type string"
+                )
+            go_parse(layout, node)
+        except GoParseError as error:
+            raise Refused(
+                400,
+                "BadRequest",
+                f'{kind} in version "{version}" cannot be handled as a {kind}: {error}',
+            ) from None
+
+
+# pkg/apis/core/validation/events.go
+REPORTING_INSTANCE_LIMIT = 128
+ACTION_LIMIT = 128
+REASON_LIMIT = 128
+NOTE_LIMIT = 1024
+# staging/src/k8s.io/apimachinery/pkg/api/validation/objectmeta.go
+TOTAL_ANNOTATION_SIZE_LIMIT = 256 * (1 << 10)
+_DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_QUALIFIED_NAME = re.compile(
+    r"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?"
+)
+DNS1123_SUBDOMAIN_MESSAGE = (
+    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' "
+    "or '.', and must start and end with an alphanumeric character (e.g. 'example.com', "
+    "regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*"
+    "[a-z0-9])?)*')"
+)
+
+
+def is_dns1123_subdomain(name: str) -> bool:
+    return len(name) <= 253 and _DNS1123_SUBDOMAIN.fullmatch(name) is not None
+
+
+def _annotation_errors(meta: dict[str, Any]) -> list[tuple[str, str, str]]:
+    annotations = meta.get("annotations") or {}
+    size = sum(len(k.encode()) + len(str(v).encode()) for k, v in annotations.items())
+    if size > TOTAL_ANNOTATION_SIZE_LIMIT:
+        return [too_long("metadata.annotations", TOTAL_ANNOTATION_SIZE_LIMIT)]
+    return []
+
+
+def validate_lease(body: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """ValidateLease (pkg/apis/coordination/validation/validation.go, v1.32)."""
+    meta = body.get("metadata") or {}
+    errors: list[tuple[str, str, str]] = []
+    name = meta.get("name", "")
+    if not name:
+        errors.append(required("metadata.name", "name or generateName is required"))
+    elif not is_dns1123_subdomain(name):
+        errors.append(invalid("metadata.name", name, DNS1123_SUBDOMAIN_MESSAGE))
+    errors += _annotation_errors(meta)
+    spec = body.get("spec") or {}
+    duration = spec.get("leaseDurationSeconds")
+    if duration is not None and duration <= 0:
+        errors.append(invalid("spec.leaseDurationSeconds", duration, "must be greater than 0"))
+    transitions = spec.get("leaseTransitions")
+    if transitions is not None and transitions < 0:
+        errors.append(
+            invalid("spec.leaseTransitions", transitions, "must be greater than or equal to 0")
+        )
+    if spec.get("preferredHolder") and not spec.get("strategy"):
+        errors.append(
+            (
+                "spec.preferredHolder",
+                "FieldValueForbidden",
+                "Forbidden: may only be specified if `strategy` is defined",
+            )
+        )
+    return errors
+
+
+def validate_core_event(body: dict[str, Any], namespace: str) -> list[tuple[str, str, str]]:
+    """legacyValidateEvent for a core/v1 Event (pkg/apis/core/validation/events.go, v1.32):
+    an Event with an eventTime must name its reporter, instance and action, and keep the
+    reason and the message within their limits (bytes, as Go's len counts them)."""
+    errors: list[tuple[str, str, str]] = []
+    involved = body.get("involvedObject") or {}
+    involved_namespace = involved.get("namespace", "")
+    if not body.get("eventTime"):
+        if involved_namespace and involved_namespace != namespace:
+            errors.append(
+                invalid(
+                    "involvedObject.namespace", involved_namespace, "does not match event.namespace"
+                )
+            )
+        elif not involved_namespace and namespace not in ("", "default"):
+            errors.append(invalid("involvedObject.namespace", "", "does not match event.namespace"))
+    else:
+        if not involved_namespace and namespace not in ("default", "kube-system"):
+            errors.append(invalid("involvedObject.namespace", "", "does not match event.namespace"))
+        component = body.get("reportingComponent", "")
+        if not component:
+            errors.append(required("reportingComponent"))
+        elif not (len(component) <= 316 and _QUALIFIED_NAME.fullmatch(component)):
+            errors.append(invalid("reportingComponent", component, "must be a qualified name"))
+        for key, limit in (
+            ("reportingInstance", REPORTING_INSTANCE_LIMIT),
+            ("action", ACTION_LIMIT),
+            ("reason", REASON_LIMIT),
+        ):
+            text = body.get(key, "")
+            if not text:
+                errors.append(required(key))
+            if len(text.encode()) > limit:
+                errors.append(invalid(key, "", f"can have at most {limit} characters"))
+        if len(body.get("message", "").encode()) > NOTE_LIMIT:
+            errors.append(invalid("message", "", f"can have at most {NOTE_LIMIT} characters"))
+    if not is_dns1123_subdomain(namespace):
+        errors.append(invalid("namespace", namespace, DNS1123_SUBDOMAIN_MESSAGE))
+    return errors
+
+
+# The fields an Event list may select on (pkg/registry/core/event/strategy.go, v1.32).
+EVENT_SELECTABLE = (
+    "involvedObject.kind",
+    "involvedObject.namespace",
+    "involvedObject.name",
+    "involvedObject.uid",
+    "involvedObject.apiVersion",
+    "involvedObject.resourceVersion",
+    "involvedObject.fieldPath",
+    "reason",
+    "reportingComponent",
+    "source",
+    "type",
+    "metadata.name",
+    "metadata.namespace",
+)
+
+
+def event_fields(event: dict[str, Any]) -> dict[str, str]:
+    involved = event.get("involvedObject") or {}
+    meta = event.get("metadata") or {}
+    source = (event.get("source") or {}).get("component") or event.get("reportingComponent", "")
+    fields = {
+        f"involvedObject.{key}": str(involved.get(key, ""))
+        for key in (
+            "kind",
+            "namespace",
+            "name",
+            "uid",
+            "apiVersion",
+            "resourceVersion",
+            "fieldPath",
+        )
+    }
+    return {
+        **fields,
+        "reason": event.get("reason", ""),
+        "reportingComponent": event.get("reportingComponent", ""),
+        "source": source,
+        "type": event.get("type", ""),
+        "metadata.name": meta.get("name", ""),
+        "metadata.namespace": meta.get("namespace", ""),
+    }
+
+
+def parse_field_selector(text: str) -> list[tuple[str, str, str]]:
+    """(field, operator, value) terms of a fieldSelector (k8s.io/apimachinery/pkg/fields/
+    selector.go: ',' between terms, '=', '==' or '!=', '\\' escapes)."""
+    terms: list[tuple[str, str, str]] = []
+    current, escaped = "", False
+    parts: list[str] = []
+    for char in text:
+        if escaped:
+            current += "\\" + char
+            escaped = False
+        elif char == "\\":
+            escaped = True
+        elif char == ",":
+            parts.append(current)
+            current = ""
+        else:
+            current += char
+    parts.append(current)
+    for part in parts:
+        if not part:
+            continue
+        match = re.fullmatch(r"([^=!]+)(!=|==|=)(.*)", part)
+        if match is None:
+            raise Refused(
+                400, "BadRequest", f"invalid selector: '{text}'; can't understand '{part}'"
+            )
+        value = re.sub(r"\\(.)", r"\1", match.group(3))
+        terms.append((match.group(1), match.group(2), value))
+    return terms
 
 
 def merge_patch(target: Any, patch: Any) -> Any:
@@ -75,6 +375,8 @@ def make_pod(
     port_name: str = "http",
     owner: tuple[str, str] | None = None,
     grace_period: int = 30,
+    phase: str = "Running",
+    ready: bool = True,
 ) -> dict[str, Any]:
     metadata: dict[str, Any] = {"name": name, "namespace": namespace, "labels": labels or {}}
     if owner is not None:
@@ -89,7 +391,10 @@ def make_pod(
                 "controller": True,
             }
         ]
-    status_part: dict[str, Any] = {"phase": "Running"}
+    # A pod is healthy to a PodDisruptionBudget when its Ready condition is True
+    # (pkg/api/pod/util.go IsPodReady).
+    condition = {"type": "Ready", "status": "True" if ready else "False"}
+    status_part: dict[str, Any] = {"phase": phase, "conditions": [condition]}
     if pod_ip is not None:
         status_part["podIP"] = pod_ip
     return {
@@ -121,7 +426,7 @@ class FakeKube:
         self.workloads: dict[tuple[str, str, str], dict[str, Any]] = {}  # (resource, ns, name)
         self.leases: dict[Key, dict[str, Any]] = {}
         self.events: list[dict[str, Any]] = []
-        self.pdb_forbids: set[Key] = set()
+        self.pdbs: dict[Key, dict[str, Any]] = {}
         self.calls: list[Call] = []
         self.denied: list[Call] = []
         self.evicted: list[Key] = []
@@ -137,10 +442,54 @@ class FakeKube:
 
     # --- set-up -------------------------------------------------------------------------------
     def add_pod(self, pod: dict[str, Any]) -> None:
+        """Store a pod; each one gets its own uid, so a pod recreated under its name is
+        another object (as the API server's are)."""
         meta = pod["metadata"]
-        meta.setdefault("uid", f"uid-{meta['name']}")
+        meta.setdefault("uid", str(uuid.uuid4()))
         meta["resourceVersion"] = str(next(self._versions))
         self.pods[(meta["namespace"], meta["name"])] = pod
+
+    def add_pdb(
+        self,
+        namespace: str,
+        name: str,
+        match_labels: dict[str, str],
+        *,
+        desired_healthy: int,
+        current_healthy: int,
+        disruptions_allowed: int | None = None,
+        generation: int = 1,
+        observed_generation: int | None = None,
+        unhealthy_pod_eviction_policy: str | None = None,
+    ) -> None:
+        """A policy/v1 PodDisruptionBudget with the status its controller computed
+        (`observed_generation` below `generation`: not computed yet)."""
+        allowed = (
+            max(0, current_healthy - desired_healthy)
+            if disruptions_allowed is None
+            else disruptions_allowed
+        )
+        spec: dict[str, Any] = {
+            "minAvailable": desired_healthy,
+            "selector": {"matchLabels": match_labels},
+        }
+        if unhealthy_pod_eviction_policy is not None:
+            spec["unhealthyPodEvictionPolicy"] = unhealthy_pod_eviction_policy
+        self.pdbs[(namespace, name)] = {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": name, "namespace": namespace, "generation": generation},
+            "spec": spec,
+            "status": {
+                "observedGeneration": generation
+                if observed_generation is None
+                else observed_generation,
+                "desiredHealthy": desired_healthy,
+                "currentHealthy": current_healthy,
+                "disruptionsAllowed": allowed,
+                "expectedPods": current_healthy,
+            },
+        }
 
     def add_workload(self, resource: str, namespace: str, name: str) -> None:
         self.workloads[(resource, namespace, name)] = {
@@ -176,14 +525,16 @@ class FakeKube:
             "spec": {"selector": {"matchLabels": {"app": deployment}}},
         }
 
-    def kubeconfig(self, directory: Path) -> Path:
-        """A kubeconfig that points a client at this fake over http on loopback."""
-        path = directory / "kubeconfig"
+    def kubeconfig(self, directory: Path, *, admin: bool = False) -> Path:
+        """A kubeconfig that points a client at this fake over http on loopback (as the
+        restarter's service account, or as a cluster admin running kubectl)."""
+        path = directory / ("kubeconfig-admin" if admin else "kubeconfig")
+        token = ADMIN_TOKEN if admin else TOKEN
         document = {
             "apiVersion": "v1",
             "kind": "Config",
             "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
-            "users": [{"name": "restarter", "user": {"token": TOKEN}}],
+            "users": [{"name": "restarter", "user": {"token": token}}],
             "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "restarter"}}],
             "current-context": "fake",
         }
@@ -196,7 +547,8 @@ class FakeKube:
 
     # --- serving ------------------------------------------------------------------------------
     async def dispatch(self, request: web.Request) -> web.StreamResponse:
-        if request.headers.get("Authorization") != f"Bearer {TOKEN}":
+        admin = request.headers.get("Authorization") == f"Bearer {ADMIN_TOKEN}"
+        if not admin and request.headers.get("Authorization") != f"Bearer {TOKEN}":
             return status(401, "Unauthorized", "Unauthorized")
         parts = [p for p in request.path.split("/") if p]
         if parts[:2] == ["api", "v1"]:
@@ -220,6 +572,11 @@ class FakeKube:
         if request.method == "POST" and name is not None and sub is None:
             return status(405, "MethodNotAllowed", "POST on a named object")
         call = (group, f"{resource}/{sub}" if sub else resource, verb)
+        handler = getattr(self, f"_{resource}", None)
+        if admin:
+            if handler is None:
+                return status(404, "NotFound", f"the server could not find {request.path}")
+            return await self._handle(handler, request, verb, namespace, name, sub)
         if call not in self.grants:
             self.denied.append(call)
             return status(
@@ -230,11 +587,42 @@ class FakeKube:
                 f'in the namespace "{namespace}"',
             )
         self.calls.append(call)
-        handler = getattr(self, f"_{resource}", None)
         if handler is None:
             return status(404, "NotFound", f"the server could not find {request.path}")
-        response: web.StreamResponse = await handler(request, verb, namespace, name, sub)
+        return await self._handle(handler, request, verb, namespace, name, sub)
+
+    async def _handle(
+        self,
+        handler: Any,
+        request: web.Request,
+        verb: str,
+        namespace: str,
+        name: str | None,
+        sub: str | None,
+    ) -> web.StreamResponse:
+        try:
+            response: web.StreamResponse = await handler(request, verb, namespace, name, sub)
+        except Refused as refused:
+            return refused.response
         return response
+
+    @staticmethod
+    async def _body(request: web.Request, kind: str, namespace: str) -> dict[str, Any]:
+        """The request's object, refused as the API server refuses what it cannot decode or
+        what names another namespace (staging/src/k8s.io/apiserver/pkg/registry/rest/
+        create.go and update.go: "the namespace of the provided object does not match the
+        namespace sent on the request")."""
+        body: dict[str, Any] = await request.json()
+        decode_times(kind, body)
+        given = (body.get("metadata") or {}).get("namespace")
+        if given and given != namespace:
+            raise Refused(
+                400,
+                "BadRequest",
+                "the namespace of the provided object does not match the namespace sent on "
+                "the request",
+            )
+        return body
 
     async def _pods(
         self, request: web.Request, verb: str, namespace: str, name: str | None, sub: str | None
@@ -261,21 +649,7 @@ class FakeKube:
         if verb == "get":
             return web.json_response(pod)
         if sub == "eviction":
-            body = await request.json()
-            if body.get("kind") != "Eviction" or body.get("metadata", {}).get("name") != name:
-                return status(400, "BadRequest", "expected an Eviction for this pod")
-            if (namespace, name) in self.pdb_forbids:
-                return status(
-                    429,
-                    "TooManyRequests",
-                    "Cannot evict pod as it would violate the pod's disruption budget.",
-                )
-            self.evicted.append((namespace, name))
-            self.grace_periods[(namespace, name)] = (body.get("deleteOptions") or {}).get(
-                "gracePeriodSeconds"
-            )
-            self._remove(namespace, name)
-            return web.json_response(body, status=201)
+            return self._evict(await request.json(), namespace, name, pod)
         if verb == "delete":
             self.deleted.append((namespace, name))
             body = await request.json() if request.can_read_body else {}
@@ -284,6 +658,113 @@ class FakeKube:
             self._remove(namespace, name)
             return web.json_response(pod)
         return status(405, "MethodNotAllowed", f"{verb} on pods")
+
+    def _evict(
+        self, body: dict[str, Any], namespace: str, name: str, pod: dict[str, Any]
+    ) -> web.Response:
+        """EvictionREST.Create (pkg/registry/core/pod/storage/eviction.go, v1.32)."""
+        if body.get("kind") != "Eviction":
+            raise Refused(400, "BadRequest", f"not a Eviction object: {body.get('kind')}")
+        if (body.get("metadata") or {}).get("name") != name:
+            raise Refused(400, "BadRequest", "name in URL does not match name in Eviction object")
+        # canIgnorePDB: a terminal or Pending pod, or one being deleted, is deleted directly.
+        phase = pod["status"].get("phase")
+        if phase in ("Succeeded", "Failed", "Pending") or pod["metadata"].get("deletionTimestamp"):
+            return self._evicted(body, namespace, name)
+        labels = pod["metadata"]["labels"]
+        pdbs = [
+            pdb
+            for (ns, _), pdb in sorted(self.pdbs.items())
+            if ns == namespace
+            # A nil or empty selector matches nothing (getPodDisruptionBudgets).
+            and (selector := (pdb["spec"].get("selector") or {}).get("matchLabels"))
+            and all(labels.get(k) == v for k, v in selector.items())
+        ]
+        if len(pdbs) > 1:
+            raise Refused(
+                500,
+                "",
+                "This pod has more than one PodDisruptionBudget, which the eviction "
+                "subresource does not support.",
+            )
+        if pdbs:
+            pdb = pdbs[0]
+            pdb_status = pdb["status"]
+            ready = any(
+                c.get("type") == "Ready" and c.get("status") == "True"
+                for c in pod["status"].get("conditions") or []
+            )
+            # An unready pod is not counted healthy: evicting it takes nothing from the
+            # budget while the budget is met (IfHealthyBudget, the default), or always
+            # (AlwaysAllow).
+            unready_goes = not ready and (
+                pdb["spec"].get("unhealthyPodEvictionPolicy") == "AlwaysAllow"
+                or (
+                    pdb_status["currentHealthy"] >= pdb_status["desiredHealthy"]
+                    and pdb_status["desiredHealthy"] > 0
+                )
+            )
+            if not unready_goes:
+                self._check_and_decrement(pdb, name)
+        return self._evicted(body, namespace, name)
+
+    def _check_and_decrement(self, pdb: dict[str, Any], pod: str) -> None:
+        """checkAndDecrement (eviction.go, v1.32): 429 until the disruption controller has
+        computed the budget's status for its generation, or while it allows no disruption."""
+        pdb_name = pdb["metadata"]["name"]
+        pdb_status = pdb["status"]
+        too_many = "Cannot evict pod as it would violate the pod's disruption budget."
+        if pdb_status["observedGeneration"] < pdb["metadata"]["generation"]:
+            cause = f"The disruption budget {pdb_name} is still being processed by the server."
+            raise Refused(
+                429,
+                "TooManyRequests",
+                too_many,
+                {
+                    "causes": [{"reason": "DisruptionBudget", "message": cause}],
+                    "retryAfterSeconds": 10,
+                },
+            )
+        if pdb_status["disruptionsAllowed"] < 0:
+            raise Refused(
+                403,
+                "Forbidden",
+                f'poddisruptionbudgets.policy "{pdb_name}" is forbidden: pdb disruptions '
+                "allowed is negative",
+            )
+        if pdb_status["disruptionsAllowed"] == 0:
+            cause = (
+                f"The disruption budget {pdb_name} needs {pdb_status['desiredHealthy']} "
+                f"healthy pods and has {pdb_status['currentHealthy']} currently"
+            )
+            raise Refused(
+                429,
+                "TooManyRequests",
+                too_many,
+                {"causes": [{"reason": "DisruptionBudget", "message": cause}]},
+            )
+        pdb_status["disruptionsAllowed"] -= 1
+        pdb_status.setdefault("disruptedPods", {})[pod] = time.strftime(
+            "%Y-%m-%dT%H:%M:%SZ", time.gmtime()
+        )
+
+    def _evicted(self, body: dict[str, Any], namespace: str, name: str) -> web.Response:
+        """The pod is deleted; the answer is a Status (metav1.StatusSuccess), code 201 as
+        the create handler sets it (staging/src/k8s.io/apiserver/pkg/endpoints/handlers/
+        create.go), never the Eviction sent."""
+        self.evicted.append((namespace, name))
+        self.grace_periods[(namespace, name)] = (body.get("deleteOptions") or {}).get(
+            "gracePeriodSeconds"
+        )
+        self._remove(namespace, name)
+        answer = {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Success",
+            "code": 201,
+        }
+        return web.json_response(answer, status=201)
 
     def _remove(self, namespace: str, name: str) -> None:
         """Remove a pod; a LeaderWorkerSet leader takes its group's workers with it (they
@@ -339,11 +820,19 @@ class FakeKube:
     async def _leases(
         self, request: web.Request, verb: str, namespace: str, name: str | None, sub: str | None
     ) -> web.Response:
+        kind = "Lease.coordination.k8s.io"
         if verb == "create":
-            body = await request.json()
-            lease_name = body["metadata"]["name"]
+            body = await self._body(request, "Lease", namespace)
+            lease_name = body["metadata"].get("name", "")
+            errors = validate_lease(body)
+            if errors:
+                raise unprocessable(kind, lease_name, errors)
             if (namespace, lease_name) in self.leases:
-                return status(409, "AlreadyExists", f'leases "{lease_name}" already exists')
+                return status(
+                    409,
+                    "AlreadyExists",
+                    f'leases.coordination.k8s.io "{lease_name}" already exists',
+                )
             body["metadata"]["namespace"] = namespace
             body["metadata"]["resourceVersion"] = str(next(self._versions))
             self.leases[(namespace, lease_name)] = body
@@ -355,7 +844,30 @@ class FakeKube:
             return web.json_response(stored)
         if verb != "update":
             return status(405, "MethodNotAllowed", f"{verb} on leases")
-        body = await request.json()
+        body = await self._body(request, "Lease", namespace)
+        if body["metadata"].get("name") != name:
+            raise Refused(
+                400,
+                "BadRequest",
+                f"the name of the object ({body['metadata'].get('name')}) does not match the "
+                f"name on the URL ({name})",
+            )
+        if not body["metadata"].get("resourceVersion"):
+            # The Lease strategy allows no unconditional update.
+            raise unprocessable(
+                kind,
+                name or "",
+                [
+                    invalid(
+                        "metadata.resourceVersion",
+                        GoRaw("0x0"),
+                        "must be specified for an update",
+                    )
+                ],
+            )
+        errors = validate_lease(body)
+        if errors:
+            raise unprocessable(kind, name or "", errors)
         if body["metadata"].get("resourceVersion") != stored["metadata"]["resourceVersion"]:
             return status(
                 409,
@@ -371,11 +883,35 @@ class FakeKube:
     async def _events(
         self, request: web.Request, verb: str, namespace: str, name: str | None, sub: str | None
     ) -> web.Response:
-        body = await request.json()
-        meta = body["metadata"]
+        if verb == "list":
+            terms = parse_field_selector(request.query.get("fieldSelector", ""))
+            for field, _, _ in terms:
+                if field not in EVENT_SELECTABLE:
+                    # pkg/apis/core/v1/conversion.go, the Event's field label conversion
+                    raise Refused(400, "BadRequest", f"field label not supported: {field}")
+            items = [
+                event
+                for event in self.events
+                if event["metadata"]["namespace"] == namespace
+                and all(
+                    (event_fields(event)[field] == value) == (operator != "!=")
+                    for field, operator, value in terms
+                )
+            ]
+            return web.json_response(
+                {"apiVersion": "v1", "kind": "EventList", "metadata": {}, "items": items}
+            )
+        if verb != "create":
+            return status(405, "MethodNotAllowed", f"{verb} on events")
+        body = await self._body(request, "Event", namespace)
+        meta = body.setdefault("metadata", {})
         if "name" not in meta:
             meta["name"] = meta["generateName"] + f"{next(self._names):05x}"
+        errors = validate_core_event(body, namespace)
+        if errors:
+            raise unprocessable("Event", meta["name"], errors)
         meta["namespace"] = namespace
+        meta["uid"] = str(uuid.uuid4())
         self.events.append(body)
         return web.json_response(body, status=201)
 

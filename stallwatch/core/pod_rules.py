@@ -47,6 +47,9 @@ class PodFacts:
     # spec.terminationGracePeriodSeconds: SIGTERM to SIGKILL when the pod is deleted (the API
     # server sets 30 when the pod's spec leaves it out).
     termination_grace_period: int | None = None
+    # metadata.uid: which object this is (a pod recreated under its name has another); Events
+    # name it, as `kubectl describe pod` selects them by it.
+    uid: str = ""
 
 
 @dataclass(frozen=True)
@@ -67,11 +70,15 @@ class GroupOf:
         return f"{LWS_NAME}={self.set_name},{LWS_GROUP}={self.group_index},{LWS_WORKER}=0"
 
 
-def rule_for_alert(rules: Sequence[PodRule], labels: Mapping[str, str]) -> PodName | Refusal:
-    """The first rule whose namespaces and alert labels accept these alert labels."""
+def rules_for_alert(
+    rules: Sequence[PodRule], labels: Mapping[str, str]
+) -> tuple[PodName, ...] | Refusal:
+    """Every rule whose namespaces and alert labels accept these alert labels, in the
+    config's order (the pod's own labels then choose among them: `rule_for_pod`)."""
     if not rules:
         return Refusal("no_rule", "no allow-rule is configured")
     seen: list[str] = []
+    found: list[PodName] = []
     for rule in rules:
         namespace = labels.get(rule.namespace_label, "")
         pod = labels.get(rule.pod_label, "")
@@ -88,8 +95,42 @@ def rule_for_alert(rules: Sequence[PodRule], labels: Mapping[str, str]) -> PodNa
         if mismatch is not None:
             seen.append(f"{rule.name}: label {mismatch!r} not allowed")
             continue
-        return PodName(rule, namespace, pod)
+        found.append(PodName(rule, namespace, pod))
+    if found:
+        return tuple(found)
     return Refusal("no_rule", "no allow-rule accepts this alert (" + "; ".join(seen) + ")")
+
+
+def rule_for_alert(rules: Sequence[PodRule], labels: Mapping[str, str]) -> PodName | Refusal:
+    """The first rule whose namespaces and alert labels accept these alert labels."""
+    found = rules_for_alert(rules, labels)
+    return found if isinstance(found, Refusal) else found[0]
+
+
+def rule_for_pod(
+    names: Sequence[PodName], pods: Mapping[tuple[str, str], PodFacts | None]
+) -> tuple[PodName, PodFacts] | Refusal:
+    """The first of the rules that accept an alert whose selector the pod, as read from the
+    API, matches; so rules for one namespace that differ only by selector each apply to their
+    own pods. `pods` holds each named pod as read (None: the API says it does not exist)."""
+    refusals: list[str] = []
+    missing: list[str] = []
+    for named in names:
+        pod = pods.get((named.namespace, named.pod))
+        if pod is None:
+            missing.append(f"{named.namespace}/{named.pod}")
+            continue
+        refusal = allowed_pod(named.rule, pod)
+        if refusal is None:
+            return named, pod
+        refusals.append(f"{named.rule.name}: {refusal.detail}")
+    if not refusals:
+        return Refusal("pod_not_found", f"pod {', '.join(dict.fromkeys(missing))} not found")
+    if len(refusals) == 1:
+        return Refusal("pod_not_allowed", refusals[0].split(": ", 1)[1])
+    return Refusal(
+        "pod_not_allowed", "no rule's selector matches the pod (" + "; ".join(refusals) + ")"
+    )
 
 
 def selector_matches(selector: Sequence[tuple[str, str]], labels: Mapping[str, str]) -> bool:

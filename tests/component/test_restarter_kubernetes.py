@@ -59,6 +59,8 @@ def write_config(
     mode: str = "evict",
     identity: str | None = None,
     extra_rule: dict[str, Any] | None = None,
+    more_rules: list[dict[str, Any]] | None = None,
+    targets: list[dict[str, Any]] | None = None,
 ) -> RestarterConfig:
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "token").write_text(TOKEN + "\n")
@@ -81,14 +83,16 @@ def write_config(
         "cooldown": "10m",
         **(extra_rule or {}),
     }
-    document = {
+    document: dict[str, Any] = {
         "token_file": "token",
         "journal": "journal.sqlite",
         "confirm": {"gap": "1s", "timeout": "500ms"},
         "restart_after": "0s",
         "kubernetes": kubernetes,
-        "rules": [rule],
+        "rules": [rule, *(more_rules or [])],
     }
+    if targets:
+        document["targets"] = targets
     path = directory / "restarter.yml"
     path.write_text(yaml.safe_dump(document))
     return load_restarter_config(path)
@@ -178,7 +182,7 @@ async def test_a_pdb_that_forbids_eviction_leaves_the_pod_and_says_so(tmp_path: 
     async with running_simulator() as sim, fake_kube() as fake:
         sim.apply_fault("freeze")
         fake.add_pod(make_pod("llm", "vllm-0", labels=SERVER_LABELS, port=sim_port(sim)))
-        fake.pdb_forbids.add(("llm", "vllm-0"))
+        fake.add_pdb("llm", "vllm", SERVER_LABELS, desired_healthy=1, current_healthy=1)
         clock = Clock()
         config = write_config(tmp_path, fake, extra_rule={"budget": {"max_restarts": 1}})
         async with restarter_app(config, clock) as (client, restarter):
@@ -192,7 +196,8 @@ async def test_a_pdb_that_forbids_eviction_leaves_the_pod_and_says_so(tmp_path: 
             assert ("llm", "vllm-0") in fake.pods
             assert again[0]["reason"] == "duplicate"
             assert fake.calls.count(("", "pods/eviction", "create")) == 1
-            fake.pdb_forbids.clear()  # another replica is back: the budget allows one now
+            # Another replica is back: the budget allows one now.
+            fake.pdbs[("llm", "vllm")]["status"].update(currentHealthy=2, disruptionsAllowed=1)
             clock.now += 601
             retried = await send(client, pod_alert("vllm-0"))
             await settle(restarter)
@@ -470,3 +475,80 @@ async def test_the_role_grants_exactly_the_calls_the_restarter_makes(tmp_path: P
             assert await kube.lease.step()  # a renewal: get and update
     assert fake.denied == []
     assert set(fake.calls) == granted(rules)
+
+
+async def test_the_restarters_events_show_in_kubectl_describe_pod(tmp_path: Path) -> None:
+    """The Events of a restart a PodDisruptionBudget blocked carry the pod's uid, so the
+    selector `kubectl describe pod` uses lists them; a fixed target's Events too."""
+    from tests.component.test_kubernetes_api_rules import describe_pod_events
+
+    async with running_simulator() as sim, fake_kube() as fake:
+        sim.apply_fault("freeze")
+        for name in ("vllm-0", "fixed-0"):
+            labels = {**SERVER_LABELS, "statefulset.kubernetes.io/pod-name": name}
+            fake.add_pod(make_pod("llm", name, labels=labels, port=sim_port(sim)))
+        fake.add_pdb("llm", "vllm", SERVER_LABELS, desired_healthy=2, current_healthy=2)
+        fixed = {
+            "name": "fixed-0",
+            "url": sim.url,
+            "action": {"kind": "kubernetes", "namespace": "llm", "pod": "fixed-0"},
+        }
+        config = write_config(tmp_path, fake, targets=[fixed])
+        async with restarter_app(config, Clock()) as (client, restarter):
+            await send(client, pod_alert("vllm-0"))
+            fixed_alert = pod_alert("x", fingerprint="f00d0000000000c3")
+            fixed_alert["labels"] = {"alertname": "LLMServerHung", "target": "fixed-0"}
+            await send(client, fixed_alert)
+            await settle(restarter)
+            assert restarter.kube is not None
+            await restarter.kube.flush_events()
+        described = {
+            pod: [
+                event.reason
+                for event in (await describe_pod_events(fake, tmp_path, "llm", pod)).items
+            ]
+            for pod in ("vllm-0", "fixed-0")
+        }
+    assert described["vllm-0"] == ["StallwatchRestarting", "StallwatchRestartPdbBlocked"]
+    # The fixed target's pod was read for its uid when its Event was posted.
+    assert described["fixed-0"]
+    assert all(reason.startswith("StallwatchRestart") for reason in described["fixed-0"])
+    assert fake.evicted == []
+
+
+async def test_rules_for_one_namespace_are_chosen_by_the_pods_labels(tmp_path: Path) -> None:
+    """Two rules for one namespace that differ only by selector: each pod gets the rule its
+    own labels match (here: the second rule's mode, delete), not a refusal by the first."""
+    sglang = {"app.kubernetes.io/name": "sglang"}
+    second = {
+        "name": "sglang",
+        "namespaces": ["llm"],
+        "selector": sglang,
+        "metrics_port": "http",
+        "action": {"kind": "kubernetes", "mode": "delete"},
+    }
+    async with running_simulator() as sim, fake_kube() as fake:
+        sim.apply_fault("freeze")
+        fake.add_pod(make_pod("llm", "vllm-0", labels=SERVER_LABELS, port=sim_port(sim)))
+        fake.add_pod(make_pod("llm", "sglang-0", labels=sglang, port=sim_port(sim)))
+        fake.add_pod(make_pod("llm", "other-0", labels={"app.kubernetes.io/name": "tgi"}))
+        config = write_config(tmp_path, fake, more_rules=[second])
+        async with restarter_app(config, Clock()) as (client, restarter):
+            decisions = []
+            for pod, fingerprint in [
+                ("vllm-0", "f00d0000000000a1"),
+                ("sglang-0", "f00d0000000000d4"),
+                ("other-0", "f00d0000000000e5"),
+            ]:
+                decisions += await send(client, pod_alert(pod, fingerprint=fingerprint))
+                await settle(restarter)
+            (refused,) = [e for e in restarter.journal.recent(20) if e.reason == "pod_not_allowed"]
+    assert [(d["target"], d["decision"]) for d in decisions] == [
+        ("llm/vllm-0", "restart"),
+        ("llm/sglang-0", "restart"),
+        ("llm/other-0", "skip"),
+    ]
+    assert "vllm: " in refused.detail
+    assert "sglang: " in refused.detail
+    assert fake.evicted == [("llm", "vllm-0")]
+    assert fake.deleted == [("llm", "sglang-0")]

@@ -16,6 +16,8 @@ from stallwatch.core.pod_rules import (
     group_of,
     metrics_url,
     rule_for_alert,
+    rule_for_pod,
+    rules_for_alert,
     target_name,
 )
 
@@ -124,3 +126,40 @@ def test_group_members_share_one_target(
     group = group_of(facts.labels)
     assert target_name(facts) == name
     assert (group.leader_selector if group else None) == leader
+
+
+SGLANG_HERE = PodRule(
+    name="sglang-here",
+    namespaces=("llm-a",),
+    selector=(("app", "sglang"),),
+    metrics_port="metrics",
+    action=KubernetesAction(mode="delete"),
+)
+
+
+@pytest.mark.parametrize(
+    ("labels", "expected"),
+    [
+        ({"app": "vllm", "tier": "serving"}, "vllm"),
+        ({"app": "sglang"}, "sglang-here"),
+        ({"app": "tgi"}, "pod_not_allowed"),
+        (None, "pod_not_found"),
+    ],
+)
+def test_the_pods_labels_choose_among_the_rules_that_accept_the_alert(
+    labels: dict[str, str] | None, expected: str
+) -> None:
+    """Rules for one namespace that differ by selector: the first whose selector the pod
+    matches is used; none matching is pod_not_allowed naming each rule; no pod, not found."""
+    alert = {"namespace": "llm-a", "pod": "vllm-0", "severity": "critical"}
+    names = rules_for_alert((RULE, SGLANG_HERE), alert)
+    assert isinstance(names, tuple)
+    assert [n.rule.name for n in names] == ["vllm", "sglang-here"]
+    found = rule_for_pod(names, {("llm-a", "vllm-0"): None if labels is None else pod(labels)})
+    if isinstance(found, Refusal):
+        assert found.reason == expected
+        if expected == "pod_not_allowed":
+            assert "vllm: " in found.detail
+            assert "sglang-here: " in found.detail
+    else:
+        assert found[0].rule.name == expected

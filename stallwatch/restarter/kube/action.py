@@ -7,6 +7,7 @@ An eviction that a PodDisruptionBudget forbids (429) is the result `pdb_blocked`
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Awaitable, Callable
 from typing import Literal
@@ -37,7 +38,37 @@ def stop_bound(grace_period: int | None, pod: PodFacts) -> str:
 
 
 def _api_error(error: ApiException) -> str:
-    return f"the API answered {error.status} {error.reason or ''}".rstrip()
+    said = _api_message(error)
+    answer = f"the API answered {error.status} {error.reason or ''}".rstrip()
+    return f"{answer}: {said}" if said else answer
+
+
+def _status(error: ApiException) -> dict[str, object]:
+    """The Status object the API sent with an error (empty when the body is not one)."""
+    try:
+        body = json.loads(error.body or "")
+    except (TypeError, ValueError):
+        return {}
+    return body if isinstance(body, dict) and body.get("kind") == "Status" else {}
+
+
+def _api_message(error: ApiException) -> str:
+    message = _status(error).get("message")
+    return message if isinstance(message, str) else ""
+
+
+def budget_cause(error: ApiException) -> str:
+    """Why the API refused an eviction, in its own words: the cause it gives for the
+    PodDisruptionBudget ("needs 2 healthy pods and has 2 currently", "is still being
+    processed by the server"), or "" if it gave none."""
+    details = _status(error).get("details")
+    causes = details.get("causes") if isinstance(details, dict) else None
+    for cause in causes if isinstance(causes, list) else []:
+        if isinstance(cause, dict) and cause.get("reason") == "DisruptionBudget":
+            message = cause.get("message")
+            if isinstance(message, str):
+                return message
+    return ""
 
 
 class PodRestarter:
@@ -95,9 +126,11 @@ class PodRestarter:
                 await self.api.evict(victim.namespace, victim.name, action.grace_period)
             except ApiException as error:
                 if error.status == 429:
+                    cause = budget_cause(error)
+                    because = f" ({cause})" if cause else ""
                     return "pdb_blocked", (
                         f"eviction of {what} refused: a PodDisruptionBudget allows no "
-                        "disruption now; left alone, not retried"
+                        f"disruption now{because}; left alone, not retried"
                     )
                 raise
             return "success", f"evicted {what}: {stop_bound(action.grace_period, victim)}"

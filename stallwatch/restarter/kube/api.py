@@ -24,6 +24,10 @@ __all__ = ["ApiException", "KubeApi", "LeaseObject"]
 MERGE_PATCH = "application/merge-patch+json"
 RESTARTED_AT = "kubectl.kubernetes.io/restartedAt"
 COMPONENT = "stallwatch-restarter"
+# What the API server allows in a core/v1 Event with an eventTime (bytes, as Go counts a
+# string: pkg/apis/core/validation/events.go).
+EVENT_MESSAGE_LIMIT = 1024
+EVENT_REPORTING_INSTANCE_LIMIT = 128
 
 
 @dataclass(frozen=True)
@@ -34,7 +38,8 @@ class LeaseObject:
     ledger: str | None
     resource_version: str
     transitions: int
-    acquired_at: datetime.datetime | None
+    # spec.acquireTime in Unix seconds (None: absent).
+    acquired_at: float | None
 
 
 def _seconds(moment: datetime.datetime | None) -> float | None:
@@ -47,6 +52,23 @@ def _seconds(moment: datetime.datetime | None) -> float | None:
 
 def _moment(seconds: float) -> datetime.datetime:
     return datetime.datetime.fromtimestamp(seconds, tz=datetime.UTC)
+
+
+def micro_time(seconds: float) -> str:
+    """A metav1.MicroTime as the API server decodes it: "2006-01-02T15:04:05.000000Z07:00",
+    six digits of fraction always (a whole second too, which `isoformat()` would write
+    without them and the API would refuse with 400)."""
+    return _moment(seconds).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def rfc3339_time(seconds: float) -> str:
+    """A metav1.Time: RFC 3339 in whole seconds, as the API server writes it."""
+    return _moment(seconds).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def clipped(text: str, limit: int) -> str:
+    """`text` cut to at most `limit` bytes of UTF-8, never inside a character."""
+    return text.encode()[:limit].decode(errors="ignore")
 
 
 def pod_facts(pod: Any) -> PodFacts:
@@ -64,6 +86,7 @@ def pod_facts(pod: Any) -> PodFacts:
     return PodFacts(
         namespace=metadata.namespace,
         name=metadata.name,
+        uid=metadata.uid or "",
         labels=dict(metadata.labels or {}),
         pod_ip=pod.status.pod_ip if pod.status else None,
         ports=ports,
@@ -158,7 +181,7 @@ class KubeApi:
 
     async def rollout_restart(self, namespace: str, kind: str, name: str, at: float) -> None:
         """What `kubectl rollout restart` does: stamp the pod template's annotation."""
-        stamp = _moment(at).strftime("%Y-%m-%dT%H:%M:%SZ")
+        stamp = rfc3339_time(at)
         patch = {"spec": {"template": {"metadata": {"annotations": {RESTARTED_AT: stamp}}}}}
         if kind == "Deployment":
             await self.apps.patch_namespaced_deployment(
@@ -171,27 +194,44 @@ class KubeApi:
 
     # --- events ----------------------------------------------------------------------------
     async def event(
-        self, pod: tuple[str, str], reason: str, message: str, *, warning: bool, at: float
+        self,
+        pod: tuple[str, str],
+        reason: str,
+        message: str,
+        *,
+        warning: bool,
+        at: float,
+        uid: str = "",
+        action: str = "Restart",
     ) -> None:
-        """A core/v1 Event on the pod (what `kubectl describe pod` lists)."""
+        """A core/v1 Event on the pod. `kubectl describe pod` lists the Events whose
+        involvedObject has the pod's kind, name, namespace and uid (kubectl's
+        pkg/describe/describe.go searchEvents), so `uid` is the pod's, as read from the API
+        ("" only when the pod could not be read)."""
         namespace, name = pod
-        moment = _moment(at)
+        stamp = rfc3339_time(at)
         body = client.CoreV1Event(
             api_version="v1",
             kind="Event",
             metadata=client.V1ObjectMeta(generate_name=f"{name}.", namespace=namespace),
             involved_object=client.V1ObjectReference(
-                api_version="v1", kind="Pod", namespace=namespace, name=name
+                api_version="v1", kind="Pod", namespace=namespace, name=name, uid=uid or None
             ),
             reason=reason,
-            message=message[:1024],
+            message=clipped(message, EVENT_MESSAGE_LIMIT),
             type="Warning" if warning else "Normal",
-            first_timestamp=moment,
-            last_timestamp=moment,
+            # Strings, not datetimes: the client would write isoformat(), which is not the
+            # API's MicroTime format at a whole second.
+            event_time=micro_time(at),
+            first_timestamp=stamp,
+            last_timestamp=stamp,
             count=1,
+            action=action,
             source=client.V1EventSource(component=COMPONENT),
             reporting_component=COMPONENT,
-            reporting_instance=os.environ.get("POD_NAME", COMPONENT),
+            reporting_instance=clipped(
+                os.environ.get("POD_NAME", COMPONENT), EVENT_REPORTING_INSTANCE_LIMIT
+            ),
         )
         await self.core.create_namespaced_event(namespace, body)
 
@@ -216,7 +256,7 @@ class KubeApi:
             ledger=annotations.get(LEDGER_ANNOTATION),
             resource_version=lease.metadata.resource_version,
             transitions=int(spec.lease_transitions or 0) if spec else 0,
-            acquired_at=spec.acquire_time if spec else None,
+            acquired_at=_seconds(spec.acquire_time) if spec else None,
         )
 
     async def write_lease(
@@ -232,7 +272,7 @@ class KubeApi:
         taking: bool,
     ) -> None:
         """Create the Lease, or replace it at `previous`'s resourceVersion (409 if it moved)."""
-        acquired = _moment(now) if taking or previous is None else previous.acquired_at
+        acquired = now if taking or previous is None else previous.acquired_at
         transitions = 0 if previous is None else previous.transitions + (1 if taking else 0)
         body = client.V1Lease(
             api_version="coordination.k8s.io/v1",
@@ -246,8 +286,9 @@ class KubeApi:
             spec=client.V1LeaseSpec(
                 holder_identity=holder,
                 lease_duration_seconds=max(1, round(duration)),
-                acquire_time=acquired,
-                renew_time=_moment(now),
+                # Strings in the API's MicroTime format (see micro_time).
+                acquire_time=None if acquired is None else micro_time(acquired),
+                renew_time=micro_time(now),
                 lease_transitions=transitions,
             ),
         )

@@ -17,11 +17,12 @@ from stallwatch.common.restarter_config import RestarterConfig, Target
 from stallwatch.core.alerts import TARGET_LABEL, Alert, Notification
 from stallwatch.core.kube_names import INVALID_POD_NAME, invalid_pod_names
 from stallwatch.core.pod_rules import (
+    PodFacts,
     PodName,
     Refusal,
-    allowed_pod,
     metrics_url,
-    rule_for_alert,
+    rule_for_pod,
+    rules_for_alert,
     target_name,
 )
 from stallwatch.core.policy import Decision, PastRestart, lookback_seconds
@@ -75,6 +76,8 @@ class KubeSide:
         self._events: set[asyncio.Task[None]] = set()
         # (pod, refusal reason) -> when its last Event was posted.
         self._refusals_posted: dict[tuple[tuple[str, str], str], float] = {}
+        # (namespace, pod) -> (its uid as last read, when): the uid an Event names.
+        self._uids: dict[tuple[str, str], tuple[str, float]] = {}
 
     @classmethod
     async def connect(
@@ -121,6 +124,8 @@ class KubeSide:
         forget = now - max(FORGET_AFTER_SECONDS, self.lookback)
         for name in [n for n, (_, seen) in self.pod_targets.items() if seen < forget]:
             del self.pod_targets[name]
+        for pod in [p for p, (_, seen) in self._uids.items() if seen < forget]:
+            del self._uids[pod]
         fixed = {target.name for target in config.targets}
         pods = tuple(t for n, (t, _) in self.pod_targets.items() if n not in fixed)
         return replace(config, targets=config.targets + pods)
@@ -155,27 +160,34 @@ class KubeSide:
 
     async def resolve(self, alert: Alert) -> tuple[Alert, Target | Decision]:
         """The alert renamed to its pod target, and the target (or why it is refused)."""
-        named = rule_for_alert(self.config.rules, alert.labels)
-        if isinstance(named, Refusal):
-            return alert, Decision("skip", named.reason, named.detail)
-        alert = _renamed(alert, f"{named.namespace}/{named.pod}")
+        names = rules_for_alert(self.config.rules, alert.labels)
+        if isinstance(names, Refusal):
+            return alert, Decision("skip", names.reason, names.detail)
+        first = names[0]
+        alert = _renamed(alert, f"{first.namespace}/{first.pod}")
         try:
-            found = await self._pod_target(named)
+            found = await self._pod_target(names)
         except ApiException as error:
-            detail = f"reading pod {named.pod}: the API answered {error.status}"
+            detail = f"reading pod {first.pod}: the API answered {error.status}"
             return alert, Decision("skip", "kubernetes_error", detail)
         if isinstance(found, Refusal):
             return alert, Decision("skip", found.reason, found.detail)
         self.pod_targets[found.name] = (found, self.clock())
         return _renamed(alert, found.name), found
 
-    async def _pod_target(self, named: PodName) -> Target | Refusal:
-        pod = await self.api.pod(named.namespace, named.pod)
-        if pod is None:
-            return Refusal("pod_not_found", f"pod {named.namespace}/{named.pod} not found")
-        refusal = allowed_pod(named.rule, pod)
-        if refusal is not None:
-            return refusal
+    async def _pod_target(self, names: tuple[PodName, ...]) -> Target | Refusal:
+        pods: dict[tuple[str, str], PodFacts | None] = {}
+        for named in names:  # each pod read once, however many rules name it
+            key = (named.namespace, named.pod)
+            if key not in pods:
+                pods[key] = await self.api.pod(*key)
+                facts = pods[key]
+                if facts is not None and facts.uid:
+                    self._uids[key] = (facts.uid, self.clock())
+        chosen = rule_for_pod(names, pods)
+        if isinstance(chosen, Refusal):
+            return chosen
+        named, pod = chosen
         url = metrics_url(named.rule, pod)
         if isinstance(url, Refusal):
             return url
@@ -208,7 +220,7 @@ class KubeSide:
             self._post(pod, EVENT_RESTARTING, message, warning=True)
         elif self._refusal_is_new(pod, decision.reason):
             message = f"restart refused ({decision.reason}): {decision.detail}"
-            self._post(pod, EVENT_REFUSED, message, warning=False)
+            self._post(pod, EVENT_REFUSED, message, warning=False, action="RefuseRestart")
         else:
             self._counted("repeated")
 
@@ -233,17 +245,42 @@ class KubeSide:
         reason = EVENT_RESULT + "".join(part.title() for part in result.split("_"))
         self._post(pod, reason, f"{result}: {detail}", warning=result != "success")
 
-    def _post(self, pod: tuple[str, str], reason: str, message: str, *, warning: bool) -> None:
+    def _post(
+        self,
+        pod: tuple[str, str],
+        reason: str,
+        message: str,
+        *,
+        warning: bool,
+        action: str = "Restart",
+    ) -> None:
         if len(self._events) >= _MAX_EVENT_TASKS:
             self._counted("dropped")
             return
-        task = asyncio.create_task(self._send(pod, reason, message, warning))
+        # The uid now: a later read could find the pod that replaced this one.
+        known = self._uids.get(pod)
+        uid = known[0] if known else None
+        task = asyncio.create_task(self._send(pod, reason, message, warning, action, uid))
         self._events.add(task)
         task.add_done_callback(self._events.discard)
 
-    async def _send(self, pod: tuple[str, str], reason: str, message: str, warning: bool) -> None:
+    async def _send(
+        self,
+        pod: tuple[str, str],
+        reason: str,
+        message: str,
+        warning: bool,
+        action: str,
+        uid: str | None,
+    ) -> None:
+        at = self.clock()
         try:
-            await self.api.event(pod, reason, message, warning=warning, at=self.clock())
+            if uid is None:  # a fixed target's pod, not read by a rule: read it now
+                facts = await self.api.pod(*pod)
+                uid = facts.uid if facts is not None else ""
+            await self.api.event(
+                pod, reason, message, warning=warning, at=at, uid=uid, action=action
+            )
         except ApiException as error:
             log.warning("event %s on pod %s/%s not created: %s", reason, *pod, error.status)
             self._counted("failed")
