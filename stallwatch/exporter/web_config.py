@@ -1,5 +1,11 @@
 """The exporter's `--web.config.file`: TLS and basic auth for its own endpoint, in the format of
-the Prometheus exporter-toolkit (`tls_server_config`, `basic_auth_users` with bcrypt hashes)."""
+the Prometheus exporter-toolkit (`tls_server_config`, `basic_auth_users` with bcrypt hashes).
+
+Read with the config files' strict YAML (a user listed twice is an error, not the last one
+winning), and every hash is checked with bcrypt at load. A password is at most 72 bytes (bcrypt's
+limit: a longer one can never log in). A user name that is not configured is checked against a
+dummy hash of the same cost, so a wrong name takes as long as a wrong password.
+"""
 
 from __future__ import annotations
 
@@ -8,18 +14,21 @@ import base64
 import binascii
 import hashlib
 import hmac
+import logging
+import re
+import secrets
 import ssl
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-import yaml
 from aiohttp import web
 
 from stallwatch.common.config import ConfigError
+from stallwatch.common.config_files import load_yaml_mapping
 
 CLIENT_AUTH_TYPES = {
     "NoClientCert": ssl.CERT_NONE,
@@ -34,7 +43,13 @@ _TOP_KEYS = {"tls_server_config", "basic_auth_users"}
 # the same credentials would pay it each time, so recent successes are remembered (by a digest
 # of the password, never the password itself), as the exporter-toolkit does.
 _VERIFIED_CACHE_SIZE = 64
+log = logging.getLogger("stallwatch.exporter")
 REALM = "stallwatch"
+# A bcrypt hash as bcrypt writes it: $2a$, $2b$ or $2y$, a cost of 04 to 31, then 22 characters
+# of salt and 31 of hash in bcrypt's base64 alphabet.
+BCRYPT_HASH = re.compile(r"\$2[aby]\$(0[4-9]|[12][0-9]|3[01])\$[./A-Za-z0-9]{53}")
+# bcrypt reads at most this many bytes of a password; bcrypt 5 refuses longer ones.
+MAX_PASSWORD_BYTES = 72
 
 
 @dataclass(frozen=True)
@@ -56,14 +71,7 @@ class WebConfig:
 
 def load_web_config(path: Path) -> WebConfig:
     """Read and check the web config file; relative paths are taken next to it."""
-    source = str(path)
-    try:
-        document = yaml.safe_load(path.read_text())
-    except OSError as error:
-        raise ConfigError(source, "", f"cannot read: {error.strerror or error}") from None
-    except yaml.YAMLError as error:
-        raise ConfigError(source, "", f"not valid YAML: {error}") from None
-    return web_config_from_mapping(document or {}, source, path.parent)
+    return web_config_from_mapping(load_yaml_mapping(path), str(path), path.parent)
 
 
 def web_config_from_mapping(document: Any, source: str, base: Path) -> WebConfig:
@@ -82,6 +90,8 @@ def web_config_from_mapping(document: Any, source: str, base: Path) -> WebConfig
     users = document.get("basic_auth_users") or {}
     if not isinstance(users, dict):
         raise ConfigError(source, "basic_auth_users", "expected a mapping of user: bcrypt hash")
+    if users:
+        _require_bcrypt(source)
     for user, hashed in users.items():
         where = f"basic_auth_users.{user}"
         if not isinstance(user, str) or not user or ":" in user:
@@ -90,9 +100,26 @@ def web_config_from_mapping(document: Any, source: str, base: Path) -> WebConfig
             raise ConfigError(
                 source, where, "expected a bcrypt hash ($2a$, $2b$ or $2y$), not a password"
             )
-    if users:
-        _require_bcrypt(source)
+        problem = _hash_problem(hashed)
+        if problem:
+            raise ConfigError(source, where, problem)
     return WebConfig(tls, MappingProxyType(dict(users)))
+
+
+def _hash_problem(hashed: str) -> str:
+    """Why bcrypt cannot check passwords against `hashed` ("" when it can)."""
+    if not BCRYPT_HASH.fullmatch(hashed):
+        return (
+            "not a bcrypt hash bcrypt can use (expected $2b$, $2a$ or $2y$, a cost from 04 to 31,"
+            ' then 53 characters of ./A-Za-z0-9, as `htpasswd -nBC 10 ""` writes it)'
+        )
+    import bcrypt
+
+    try:
+        bcrypt.checkpw(b"", hashed.encode())
+    except ValueError as error:
+        return f"bcrypt cannot use this hash: {error}"
+    return ""
 
 
 def _tls(section: Any, source: str, base: Path) -> TlsServerConfig:
@@ -170,6 +197,8 @@ class BasicAuth:
     def __init__(self, users: Mapping[str, str]) -> None:
         self.users = users
         self._verified: OrderedDict[tuple[str, bytes], None] = OrderedDict()
+        self._dummy = _dummy_hash(users.values()) if users else ""
+        self._told_too_long: set[str] = set()
 
     async def allows(self, header: str) -> bool:
         scheme, _, encoded = header.partition(" ")
@@ -180,8 +209,22 @@ class BasicAuth:
         except (binascii.Error, UnicodeDecodeError):
             return False
         hashed = self.users.get(user)
-        if not sep or hashed is None:
+        if not sep:
             return False
+        if hashed is None:  # as long as a wrong password: user names cannot be found by timing
+            await asyncio.to_thread(_bcrypt_matches, password, self._dummy)
+            return False
+        size = len(password.encode())
+        if size > MAX_PASSWORD_BYTES and user not in self._told_too_long:
+            self._told_too_long.add(user)  # once per user: a scrape every few seconds repeats it
+            log.warning(
+                "basic auth: user %r sent a password of %d bytes, refused: bcrypt reads at most"
+                " %d bytes, so it can never log in; give it a password of at most %d bytes",
+                user,
+                size,
+                MAX_PASSWORD_BYTES,
+                MAX_PASSWORD_BYTES,
+            )
         key = (user, hmac.digest(hashed.encode(), password.encode(), hashlib.sha256))
         if key in self._verified:
             self._verified.move_to_end(key)
@@ -208,13 +251,27 @@ class BasicAuth:
         return await handler(request)
 
 
+def _dummy_hash(hashes: Iterable[str]) -> str:
+    """A hash of a random password at the highest cost among `hashes`: what a user name that is
+    not configured is checked against."""
+    import bcrypt
+
+    costs = [int(h[4:6]) for h in hashes if BCRYPT_HASH.fullmatch(h)]
+    salt = bcrypt.gensalt(rounds=max(costs, default=10))
+    return str(bcrypt.hashpw(secrets.token_hex(16).encode(), salt).decode())
+
+
 def _bcrypt_matches(password: str, hashed: str) -> bool:
     import bcrypt
 
+    secret = password.encode()
     try:
-        return bool(bcrypt.checkpw(password.encode(), hashed.encode()))
+        # bcrypt reads at most 72 bytes and bcrypt 5 refuses more: a longer password never
+        # logs in, and is checked (cut to 72) anyway, so it takes as long as any other.
+        matches = bool(bcrypt.checkpw(secret[:MAX_PASSWORD_BYTES], hashed.encode()))
     except ValueError:  # a malformed hash allows nobody
         return False
+    return matches and len(secret) <= MAX_PASSWORD_BYTES
 
 
 def protect(app: web.Application, web_config: WebConfig | None) -> None:

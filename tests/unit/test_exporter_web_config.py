@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import logging
+import statistics
+import time
 from pathlib import Path
 
 import bcrypt
@@ -86,3 +90,75 @@ async def test_a_2y_hash_from_htpasswd_is_accepted() -> None:
     """Hashes written by htpasswd -B ($2y$) work as the exporter-toolkit's docs suggest."""
     auth = BasicAuth({"prometheus": "$2y$" + HASH.removeprefix("$2b$")})
     assert await auth.allows(basic("prometheus", "s3cret"))
+
+
+def median_seconds(auth: BasicAuth, header: str, runs: int = 5) -> float:
+    async def timed() -> float:
+        started = time.perf_counter()
+        assert not await auth.allows(header)
+        return time.perf_counter() - started
+
+    async def all_runs() -> list[float]:
+        return [await timed() for _ in range(runs)]
+
+    return statistics.median(asyncio.run(all_runs()))
+
+
+def test_a_missing_user_takes_as_long_as_a_wrong_password() -> None:
+    """A user name that is not configured is checked against a dummy hash of the same cost,
+    so it is refused no faster than a wrong password (names cannot be found by timing)."""
+    auth = BasicAuth({"prometheus": bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=8)).decode()})
+    wrong_password = median_seconds(auth, basic("prometheus", "wrong"))
+    missing_user = median_seconds(auth, basic("grafana", "wrong"))
+    assert wrong_password > 0.005  # cost 8: several milliseconds, far above the noise
+    assert missing_user > wrong_password / 2
+
+
+async def test_passwords_log_in_up_to_72_bytes_and_a_longer_one_is_told_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A 72-byte password logs in; 73 bytes never does (bcrypt's limit), and the log says why
+    once for that user."""
+    password = "p" * 72
+    auth = BasicAuth({"prometheus": bcrypt.hashpw(password.encode(), bcrypt.gensalt(4)).decode()})
+    assert await auth.allows(basic("prometheus", password))
+    with caplog.at_level(logging.WARNING, logger="stallwatch.exporter"):
+        assert not await auth.allows(basic("prometheus", password + "p"))
+        assert not await auth.allows(basic("prometheus", password + "p"))
+    told = [r.getMessage() for r in caplog.records if "at most 72 bytes" in r.getMessage()]
+    assert len(told) == 1
+    assert "'prometheus' sent a password of 73 bytes" in told[0]
+
+
+def test_a_user_listed_twice_is_refused_naming_the_line(tmp_path: Path) -> None:
+    """The web config is read with the strict loader: a second entry of a user is an error,
+    not the last one silently winning."""
+    path = tmp_path / "web.yml"
+    path.write_text(f"basic_auth_users:\n  prometheus: '{HASH}'\n  prometheus: '{HASH}'\n")
+    with pytest.raises(ConfigError) as error:
+        load_web_config(path)
+    assert error.value.source == str(path)
+    assert error.value.field == "basic_auth_users.prometheus"
+    assert "duplicate key (first on line 2)" in error.value.message
+
+
+@pytest.mark.parametrize(
+    "hashed",
+    [
+        "$2b$10$",  # cut short
+        HASH[:-1],  # one character short
+        HASH + "x",  # one too many
+        "$2b$99$" + HASH[7:],  # no such cost
+        "$2b$03$" + HASH[7:],  # below bcrypt's minimum cost
+        HASH[:-1] + "!",  # not bcrypt's alphabet
+        "$2x$" + HASH[4:],  # not a bcrypt variant
+    ],
+    ids=["cut", "short", "long", "cost-99", "cost-03", "alphabet", "variant"],
+)
+def test_hashes_bcrypt_cannot_use_are_refused_at_load(tmp_path: Path, hashed: str) -> None:
+    """Each hash is checked at load (and so by --config.check): one bcrypt cannot use is an
+    error naming the user, not a user that can never log in."""
+    with pytest.raises(ConfigError) as error:
+        load_web_config(write(tmp_path, {"basic_auth_users": {"prometheus": hashed}}))
+    assert error.value.field == "basic_auth_users.prometheus"
+    assert "bcrypt" in error.value.message
