@@ -1,24 +1,36 @@
 """deploy/kubernetes builds, validates offline, and keeps one source for rules and dashboard.
 
-Core kinds are validated with kubernetes-validate's schemas (strict: unknown fields fail). No
-PyPI or Debian package ships the Prometheus Operator's CRD schemas (npm's
-@kubernetes-models/prometheus-operator has compiled validators that accept unknown fields and
-need node), so ServiceMonitor, PrometheusRule and AlertmanagerConfig are checked against the
-strict hand-written subset below, which covers every field these manifests use.
+Core kinds are validated with kubernetes-validate's schemas (strict: unknown fields fail).
+ServiceMonitor, PrometheusRule and AlertmanagerConfig are validated against the Prometheus
+Operator's own CRDs (v0.93.0, tests/testdata/prometheus-operator-crds/), their
+`openAPIV3Schema` read as the API server applies it under kubectl's strict field validation:
+- an object with `properties` accepts no other field, unless `x-kubernetes-preserve-unknown-
+  fields` (the API server would prune it, and strict validation refuses it);
+- `x-kubernetes-int-or-string`: an integer or a string; `nullable`: null too;
+- `x-kubernetes-list-type: set`: no item twice; `map`: no two items with the same
+  `x-kubernetes-list-map-keys`; `atomic`, and `x-kubernetes-map-type`, constrain nothing;
+- `x-kubernetes-validations` (CEL) are not evaluated: the one rule in these CRDs is on an SNS
+  receiver field, which no manifest here uses;
+- a `pattern` is Go RE2: an inline `(?i)` inside a group becomes Python's scoped `(?i:...)`;
+- `metadata` is the API server's ObjectMeta, not the CRD's: checked with the strict subset
+  METADATA below.
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 import importlib.util
 import json
 import shutil
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import jsonschema
+import jsonschema.validators
 import kubernetes_validate
 import pytest
 import yaml
@@ -73,102 +85,132 @@ def source_groups() -> list[dict[str, Any]]:
     return groups
 
 
-# --- the Prometheus Operator CRDs: a strict subset of their schemas ------------------------------
-def obj(required: list[str] | None = None, **properties: Any) -> dict[str, Any]:
-    return {
-        "type": "object",
-        "properties": properties,
-        "required": required or [],
-        "additionalProperties": False,
-    }
-
-
+# --- the Prometheus Operator CRDs -----------------------------------------------------------------
+CRDS = REPO / "tests" / "testdata" / "prometheus-operator-crds"
 STR = {"type": "string"}
-DURATION = {"type": "string", "pattern": r"^(0|([0-9]+(ms|s|m|h|d|w|y))+)$"}
 STR_MAP = {"type": "object", "additionalProperties": STR}
-STR_LIST = {"type": "array", "items": STR}
-METADATA = obj(["name"], name=STR, namespace=STR, labels=STR_MAP, annotations=STR_MAP)
-LABEL_SELECTOR = obj(matchLabels=STR_MAP)
-RELABELING = obj(
-    sourceLabels={
-        "type": "array",
-        "items": {"type": "string", "pattern": "^[a-zA-Z_][a-zA-Z0-9_]*$"},
-    },
-    targetLabel=STR,
-    regex=STR,
-    replacement=STR,
-    action={"enum": ["replace", "keep", "drop", "labelmap", "labeldrop", "labelkeep"]},
-)
-ENDPOINT = obj(
-    port=STR,
-    path=STR,
-    params={"type": "object", "additionalProperties": STR_LIST},
-    interval=DURATION,
-    scrapeTimeout=DURATION,
-    honorLabels={"type": "boolean"},
-    relabelings={"type": "array", "items": RELABELING},
-)
-RULE = obj(["expr"], alert=STR, record=STR, expr=STR, labels=STR_MAP, annotations=STR_MAP)
-RULE["properties"]["for"] = DURATION
-RULE["oneOf"] = [{"required": ["alert"]}, {"required": ["record"]}]
-ROUTE = obj(
-    ["receiver"],
-    receiver=STR,
-    groupBy=STR_LIST,
-    groupWait=DURATION,
-    groupInterval=DURATION,
-    repeatInterval=DURATION,
-    matchers={
-        "type": "array",
-        "items": obj(["name"], name=STR, value=STR, matchType={"enum": ["=", "!=", "=~", "!~"]}),
-    },
-)
-SECRET_KEY = obj(["key"], name=STR, key=STR)
-WEBHOOK = obj(
-    url={"type": "string", "pattern": "^https?://"},
-    sendResolved={"type": "boolean"},
-    maxAlerts={"type": "integer", "minimum": 0},
-    httpConfig=obj(authorization=obj(type=STR, credentials=SECRET_KEY)),
-)
-CRD_SCHEMAS: dict[tuple[str, str], dict[str, Any]] = {
-    ("monitoring.coreos.com/v1", "ServiceMonitor"): obj(
-        ["selector", "endpoints"],
-        namespaceSelector=obj(any={"type": "boolean"}, matchNames=STR_LIST),
-        selector=LABEL_SELECTOR,
-        jobLabel=STR,
-        endpoints={"type": "array", "minItems": 1, "items": ENDPOINT},
-    ),
-    ("monitoring.coreos.com/v1", "PrometheusRule"): obj(
-        groups={
-            "type": "array",
-            "items": obj(
-                ["name", "rules"],
-                name=STR,
-                interval=DURATION,
-                rules={"type": "array", "items": RULE},
-            ),
-        }
-    ),
-    ("monitoring.coreos.com/v1alpha1", "AlertmanagerConfig"): obj(
-        route=ROUTE,
-        receivers={
-            "type": "array",
-            "items": obj(["name"], name=STR, webhookConfigs={"type": "array", "items": WEBHOOK}),
-        },
-    ),
+METADATA = {
+    "type": "object",
+    "properties": {"name": STR, "namespace": STR, "labels": STR_MAP, "annotations": STR_MAP},
+    "required": ["name"],
+    "additionalProperties": False,
 }
 
 
+class CrdLoader(yaml.SafeLoader):
+    """A SafeLoader that reads a plain `=` as the string it is (PyYAML: YAML 1.1's value type)."""
+
+
+CrdLoader.add_constructor(
+    "tag:yaml.org,2002:value",
+    lambda loader, node: loader.construct_scalar(node),  # type: ignore[arg-type]
+)
+
+
+def python_pattern(pattern: str) -> str:
+    """A CRD's pattern (Go RE2) for Python's re: RE2 lets `(?i)` start anywhere, up to the end
+    of its group; Python takes that only as a scoped `(?i:...)`, or at the very start."""
+    out = ""
+    whole = ""
+    closes: list[bool] = []  # for each open group: whether a scoped flag must close with it
+    index = 0
+    while index < len(pattern):
+        char = pattern[index]
+        if char == "\\":
+            out += pattern[index : index + 2]
+            index += 2
+            continue
+        if pattern.startswith("(?i)", index):
+            if closes:
+                out += "(?i:"
+                closes[-1] = True
+            else:  # at the top level: the rest of the pattern, anchors aside
+                whole = "(?i)"
+            index += 4
+            continue
+        if char == "(":
+            closes.append(False)
+        elif char == ")" and closes:
+            out += ")" if closes.pop() else ""
+        out += char
+        index += 1
+    return whole + out
+
+
+def strict(schema: Any) -> Any:
+    """A CRD's structural schema as the API server applies it with strict field validation."""
+    if isinstance(schema, list):
+        return [strict(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key == "properties":
+            out[key] = {name: strict(sub) for name, sub in value.items()}
+        elif key in ("items", "additionalProperties", "not", "anyOf", "allOf", "oneOf"):
+            out[key] = strict(value)
+        elif key == "pattern":
+            out[key] = python_pattern(value)
+        else:
+            out[key] = value
+    if (
+        "properties" in out
+        and "additionalProperties" not in out
+        and not out.get("x-kubernetes-preserve-unknown-fields")
+    ):
+        out["additionalProperties"] = False
+    if out.pop("nullable", False) and "type" in out:
+        out["type"] = [out["type"], "null"]
+    return out
+
+
+def _int_or_string(validator: Any, value: Any, instance: Any, schema: Any) -> Iterator[Any]:
+    if value and (isinstance(instance, bool) or not isinstance(instance, int | str)):
+        yield jsonschema.ValidationError(f"{instance!r} is neither an integer nor a string")
+
+
+def _list_type(validator: Any, value: Any, instance: Any, schema: Any) -> Iterator[Any]:
+    if not isinstance(instance, list) or value not in ("set", "map"):
+        return
+    if value == "set":
+        keys = [json.dumps(item, sort_keys=True) for item in instance]
+    else:
+        names = schema.get("x-kubernetes-list-map-keys", [])
+        keys = [
+            json.dumps([item.get(n) for n in names]) for item in instance if isinstance(item, dict)
+        ]
+    duplicates = sorted({key for key in keys if keys.count(key) > 1})
+    if duplicates:
+        yield jsonschema.ValidationError(f"duplicate entries for list-type {value}: {duplicates}")
+
+
+CrdValidator = jsonschema.validators.extend(
+    jsonschema.Draft4Validator,
+    {"x-kubernetes-int-or-string": _int_or_string, "x-kubernetes-list-type": _list_type},
+)
+
+
+@functools.cache
+def crd_schemas() -> dict[tuple[str, str], dict[str, Any]]:
+    """(apiVersion, kind) -> the strict schema of each version the CRDs serve."""
+    schemas: dict[tuple[str, str], dict[str, Any]] = {}
+    for path in sorted(CRDS.glob("*.yaml")):
+        crd = yaml.load(path.read_text(), Loader=CrdLoader)
+        group, kind = crd["spec"]["group"], crd["spec"]["names"]["kind"]
+        for version in crd["spec"]["versions"]:
+            if version.get("served"):
+                schema = strict(version["schema"]["openAPIV3Schema"])
+                schema["properties"]["metadata"] = METADATA
+                schema["required"] = sorted({*schema.get("required", []), "metadata", "spec"})
+                CrdValidator.check_schema(schema)
+                schemas[(f"{group}/{version['name']}", kind)] = schema
+    return schemas
+
+
 def validate_crd(doc: dict[str, Any]) -> None:
-    spec_schema = CRD_SCHEMAS[(doc["apiVersion"], doc["kind"])]
-    schema = obj(
-        ["apiVersion", "kind", "metadata", "spec"],
-        apiVersion=STR,
-        kind=STR,
-        metadata=METADATA,
-        spec=spec_schema,
-    )
-    jsonschema.Draft202012Validator(schema).validate(doc)
+    schema = crd_schemas().get((doc["apiVersion"], doc["kind"]))
+    assert schema is not None, f"no CRD in {CRDS} serves {doc['apiVersion']} {doc['kind']}"
+    CrdValidator(schema).validate(doc)
 
 
 def validate(doc: dict[str, Any]) -> None:
@@ -189,6 +231,27 @@ def test_every_manifest_validates_offline(overlay: str) -> None:
         validate(doc)
 
 
+def test_the_crds_are_the_operators_and_serve_the_manifests_kinds() -> None:
+    """The three CRDs are release 0.93.0's, and serve the versions the manifests use."""
+    versions = set()
+    for path in sorted(CRDS.glob("*.yaml")):
+        crd = yaml.load(path.read_text(), Loader=CrdLoader)
+        assert crd["metadata"]["annotations"]["operator.prometheus.io/version"] == "0.93.0"
+        versions.add(crd["metadata"]["name"])
+    assert versions == {
+        "servicemonitors.monitoring.coreos.com",
+        "prometheusrules.monitoring.coreos.com",
+        "alertmanagerconfigs.monitoring.coreos.com",
+    }
+    used = {
+        (d["apiVersion"], d["kind"])
+        for overlay in OVERLAYS
+        for d in build(overlay)
+        if d["kind"] not in CORE_KINDS
+    }
+    assert used == set(crd_schemas())
+
+
 @pytest.mark.parametrize(
     ("kind", "path", "value"),
     [
@@ -196,15 +259,27 @@ def test_every_manifest_validates_offline(overlay: str) -> None:
         ("Deployment", ("spec", "template", "spec", "containers", 0, "livenessprobe"), {}),
         ("ServiceMonitor", ("spec", "endpoints", 0, "honorlabels"), True),
         ("ServiceMonitor", ("spec", "endpoints", 0, "relabelings", 0, "source_labels"), ["x"]),
+        ("ServiceMonitor", ("spec", "endpoints", 0, "relabelings", 0, "action"), "rename"),
+        ("ServiceMonitor", ("spec", "endpoints", 0, "interval"), "15 seconds"),
         ("PrometheusRule", ("spec", "groups", 0, "rules", 0, "for"), "ten minutes"),
+        ("PrometheusRule", ("spec", "groups", 0, "rules", 0, "expr"), ["up"]),
+        ("PrometheusRule", ("spec", "groups", 1, "name"), "<the first group's name>"),
+        ("AlertmanagerConfig", ("spec", "route", "matchers", 0, "matchType"), "~="),
+        ("AlertmanagerConfig", ("spec", "route", "groupwait"), "5s"),
+        ("AlertmanagerConfig", ("spec", "receivers", 0, "webhookConfigs", 0, "maxAlerts"), -1),
+        ("AlertmanagerConfig", ("spec", "receivers", 0, "webhook_configs"), []),
+        ("AlertmanagerConfig", ("metadata", "label"), {}),
     ],
 )
 def test_a_broken_manifest_fails_validation(kind: str, path: tuple[Any, ...], value: Any) -> None:
-    """A wrong type or a misspelt field is caught by the same checks the manifests pass."""
-    doc = copy.deepcopy(next(d for d in build("base") if d["kind"] == kind))
+    """A wrong type, a value out of the CRD's enum or pattern, a misspelt field or a duplicate
+    list-map key is caught by the same checks the manifests pass."""
+    doc = copy.deepcopy(next(d for d in build("with-restarter") if d["kind"] == kind))
     node = doc
     for key in path[:-1]:
         node = node[key]
+    if value == "<the first group's name>":
+        value = doc["spec"]["groups"][0]["name"]
     node[path[-1]] = value
     with pytest.raises(jsonschema.ValidationError):
         validate(doc)
