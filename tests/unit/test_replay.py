@@ -149,6 +149,22 @@ def test_an_autotune_at_start_with_its_port_closed_reads_down() -> None:
     assert result.new.restarts_in_silence == 0
 
 
+def test_an_autotune_with_its_port_open_is_left_to_finish_by_stallwatch() -> None:
+    """With /metrics answering during a start's autotune (frozen counters, requests queued),
+    the restart's cooldown keeps stallwatch from cutting it short under either rule; the old
+    watchdogs, which check once the port is open, do cut autotunes short."""
+    result = run_replay(ReplayConfig(seed=1, hours=HOURS, start_autotune_port_open=True))
+    assert result.two_poll is not None
+    for way in (result.new, result.two_poll):
+        autotunes = [s for s in way.silences if "start_autotune" in s.causes]
+        assert autotunes
+        assert all(s.restarted_after is None for s in autotunes)
+        assert way.restarter_skips["cooldown"] > 0
+    assert any(
+        s.restarted_after is not None for s in result.old.silences if "start_autotune" in s.causes
+    )
+
+
 def test_same_seed_gives_the_same_result(results: dict[int, ReplayResult]) -> None:
     """The replay is deterministic: the same seed and settings give the same day, silences
     included."""
