@@ -58,8 +58,10 @@ class WindowJudgement:
 def moved_since(first: Reading | None, last: Reading | None) -> str | None:
     """What moved between the window's first reading and its last (None: nothing, or no two
     readings to compare). A new process counts as movement: it is not the stall we saw."""
-    if first is None or last is None:
+    if last is None:
         return None
+    if first is None:
+        return "the server answers again" if last.has_engines else None
     verdict = classify(first, last)
     if verdict.restart_detected:
         return f"the server restarted ({verdict.reason})"
@@ -80,12 +82,15 @@ def judge_window(
     """For an alert whose stall `confirmation` has just confirmed: act, or (keep) wait.
 
     The first confirmation opens the window; one before its end keeps it; one at its end acts
-    if nothing moved since the first. A stall that moved in between and stalled again starts
-    a new window: the server showed life, so the silence is counted from the new stall.
+    if nothing moved since the first. The window is the target's, not one alert episode's: an
+    alert that resolves and fires again while nothing moves (a stall read `hung` for one slow
+    poll, then `stalled` again) goes on in the same window. A stall that moved in between and
+    stalled again starts a new window: the server showed life, so the silence is counted from
+    the new stall.
     """
     if restart_after <= 0:
         return WindowJudgement("act", None, "no restart window")
-    if window is None or window.alert != alert:
+    if window is None:
         opened = RestartWindow(alert, target, now, restart_after, confirmation.reading)
         return WindowJudgement(
             "wait",
@@ -161,7 +166,7 @@ def with_window(
             Decision("skip", "restart_window", f"{judged.detail}: {confirmation.detail}"),
             judged.window,
         )
-    if window is not None and window.alert == alert and decision.reason in RECOVERY_REFUSALS:
+    if window is not None and decision.reason in RECOVERY_REFUSALS:
         return Windowed(
             Decision(
                 "skip",

@@ -30,6 +30,8 @@ from stallwatch.core.policy import (
     decide_confirmed,
     lookback_seconds,
 )
+from stallwatch.core.restart_window import RestartWindow
+from stallwatch.exporter.fetch import read_metrics
 from stallwatch.restarter.background import BackgroundActions
 from stallwatch.restarter.confirm import confirm_stall
 from stallwatch.restarter.fleet import FleetGuard
@@ -158,6 +160,7 @@ class Restarter:
 
     async def stop(self) -> None:
         await self.held_release.stop()
+        await self.windows.stop()
         await self.background.finish()
         if self.kube is not None:
             await self.kube.stop()
@@ -291,10 +294,11 @@ class Restarter:
         )
 
     def _resolve(self, alert: Alert, notification: Notification) -> None:
-        recovered = self.windows.close_resolved(alert, self.clock())
-        if recovered is not None:  # a near miss: journaled before the resolved row
-            self._journal(alert, recovered, notification, self.clock())
         self._journal(alert, None, notification, self.clock())
+        target = self.config.target(alert.target) if alert.target else None
+        window = self.windows.open_for(target.name) if target is not None else None
+        if target is not None and window is not None and self._session is not None:
+            self.windows.later(self._settle(alert, notification, window, target))
         self.metrics.resolved.labels(target=self._metric_target(alert)).inc()
         log.info(
             "resolved target=%s alert=%s fingerprint=%s (journaled, not acted on)",
@@ -302,6 +306,21 @@ class Restarter:
             printable(alert.alertname),
             printable(alert.fingerprint),
         )
+
+    async def _settle(
+        self, alert: Alert, notification: Notification, window: RestartWindow, target: Target
+    ) -> None:
+        """One fresh read once a windowed alert resolved: a near miss if the server moved."""
+        async with self.locks[target.name]:
+            if self.windows.open_for(target.name) is not window:
+                return  # judged meanwhile
+            result = await read_metrics(
+                self.session, target.metrics_url, timeout=self.config.confirm.timeout
+            )
+            decision = self.windows.settle_resolved(
+                window, result.reading, result.detail, self.clock()
+            )
+            self._journal(alert, decision, notification, self.clock())
 
     async def judge(self, alert: Alert, notification: Notification) -> Decision | None:
         """Decide about one alert and journal the decision (None: a resolved alert)."""

@@ -1,23 +1,28 @@
 """The restart windows open now, and the targets' holds: the restarter's memory and journal for
 "wait before acting". The decisions are `stallwatch.core.restart_window` and `core.holds`.
 
-Windows live in memory: after a restart of the restarter, the next delivery of a still-firing
-alert opens its window again (a stall is then restarted later, never sooner).
+A window is the target's: a restart alert that resolves while nothing moved (one slow poll read
+`hung`, then `stalled` again) leaves it open, and the next alert goes on in it. Windows live in
+memory: after a restart of the restarter, the next delivery of a still-firing alert opens its
+window again (a stall is then restarted later, never sooner).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
+from typing import Any
 
 from stallwatch.common.restarter_config import RestarterConfig, Target
 from stallwatch.core.alerts import Alert
 from stallwatch.core.confirmation import Confirmation
 from stallwatch.core.holds import Hold, current_holds, hold_refusal
 from stallwatch.core.policy import Decision, alert_key
-from stallwatch.core.restart_window import RestartWindow, with_window
+from stallwatch.core.reading import Reading
+from stallwatch.core.restart_window import RestartWindow, moved_since, with_window
 from stallwatch.restarter.journal import Journal
-from stallwatch.restarter.journal_reader import printable
+from stallwatch.restarter.journal_reader import JournalError, printable
 from stallwatch.restarter.metrics import RestarterMetrics
 
 log = logging.getLogger("stallwatch.restarter")
@@ -27,19 +32,46 @@ FORGET_AFTER_SECONDS = 3600.0
 
 
 class RestartWindows:
-    """The windows of confirmed stalls, by alert episode."""
+    """The windows of confirmed stalls, by target."""
 
     def __init__(self, metrics: RestarterMetrics) -> None:
         self.metrics = metrics
         self._open: dict[str, RestartWindow] = {}
         self._longest: dict[str, float] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
 
     def __len__(self) -> int:
         return len(self._open)
 
+    def later(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run `work` (a settling read) in the background; errors are logged, not raised."""
+        task = asyncio.create_task(self._logged(work))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _logged(self, work: Coroutine[Any, Any, None]) -> None:
+        try:
+            await work
+        except JournalError as error:
+            log.error("restart window not settled: %s", error)
+        except Exception:  # a bug in one settling must not go unseen
+            log.exception("restart window not settled")
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def settled(self) -> None:
+        """Wait for the settling reads under way (for tests)."""
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
     def due_at(self, alert: Alert) -> float | None:
-        window = self._open.get(alert_key(alert))
+        window = self._open.get(alert.target or "")
         return None if window is None else window.due_at
+
+    def open_for(self, target: str) -> RestartWindow | None:
+        return self._open.get(target)
 
     def apply(
         self,
@@ -50,37 +82,54 @@ class RestartWindows:
         now: float,
     ) -> Decision:
         """The decision once the alert's window has had its say (see `with_window`)."""
-        key = alert_key(alert)
         windowed = with_window(
             decision,
-            self._open.get(key),
-            alert=key,
+            self._open.get(target.name),
+            alert=alert_key(alert),
             target=target,
             confirmation=confirmation,
             now=now,
         )
         if windowed.window is None:
-            self._open.pop(key, None)
+            self._open.pop(target.name, None)
         else:
-            self._open[key] = windowed.window
+            self._open[target.name] = windowed.window
         if windowed.recovered is not None:
             self._count_recovered(windowed.recovered, now)
         self._forget_stale(now)
         return windowed.decision
 
-    def close_resolved(self, alert: Alert, now: float) -> Decision | None:
-        """The alert resolved: close its window, if one was open, as a recovery (a near miss)."""
-        window = self._open.pop(alert_key(alert), None)
+    def settle_resolved(
+        self, window: RestartWindow, reading: Reading | None, detail: str, now: float
+    ) -> Decision:
+        """A restart alert of the window's target resolved, and one fresh read says whether the
+        server moved since the window opened: then the window closes as a recovery (a near
+        miss); if nothing moved, it stays open for the next alert of the target."""
+        lasted = f"{now - window.opened_at:.0f} s into its {window.restart_after:g} s window"
+        moved = moved_since(window.first, reading)
+        if reading is not None and moved is None:
+            return Decision(
+                "skip",
+                "restart_window",
+                f"the alert resolved {lasted}, but nothing moved since the window opened: "
+                "the window stays open for the target's next alert",
+            )
+        if self._open.get(window.target) is window:
+            del self._open[window.target]
         self.metrics.restart_windows.set(len(self._open))
-        if window is None:
-            return None
+        if reading is None:
+            return Decision(
+                "skip",
+                "recovered_in_window",
+                f"the alert resolved {lasted}; the server no longer answers ({detail}): its "
+                "window is closed, a new stall opens a new one",
+            )
         self._count_recovered(window, now)
         return Decision(
             "skip",
             "recovered_in_window",
-            f"the alert resolved {now - window.opened_at:.0f} s into its "
-            f"{window.restart_after:g} s restart window: the server recovered by itself and "
-            "was not restarted",
+            f"the alert resolved {lasted} and the server moved ({moved}): it recovered by "
+            "itself and was not restarted",
         )
 
     def _count_recovered(self, window: RestartWindow, now: float) -> None:

@@ -50,7 +50,7 @@ class FakeVllm:
     def __init__(self, mode: str = "stalled") -> None:
         self.mode = mode
         self.reads = 0
-        self._counter = itertools.count()
+        self._counter = itertools.count(1)  # a first read in progress mode has moved already
         self.app = web.Application()
         self.app.router.add_get("/metrics", self.metrics)
         self.server = TestServer(self.app, host="127.0.0.1")

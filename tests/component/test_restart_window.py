@@ -100,22 +100,51 @@ async def test_a_stall_that_moves_inside_its_window_is_never_restarted(tmp_path:
 async def test_an_alert_resolved_inside_its_window_is_a_journaled_near_miss(
     tmp_path: Path,
 ) -> None:
-    """The resolved notice closes the window: journaled recovered_in_window, then resolved, and
-    the window's end restarts nothing."""
+    """The resolved notice of a server that moved closes the window: resolved, then
+    recovered_in_window (counted), and the window's end restarts nothing."""
     marker = tmp_path / "marker"
     async with fake_vllm("stalled") as fake:
         config = write_config(tmp_path, [command_target(fake.url, marker)], restart_after=WINDOW)
         async with running_restarter(config) as (client, restarter):
             await post_alerts(client, payload(alert()))
+            fake.mode = "progress"
             await post_alerts(client, payload(alert(status="resolved")))
+            await restarter.windows.settled()
             await asyncio.sleep(4.5)  # past the window's end
             await settle(restarter)
+            metrics = await (await client.get("/metrics")).text()
     assert marker_lines(marker) == []
-    assert reasons(tmp_path / "journal.sqlite")[:3] == [
+    assert reasons(tmp_path / "journal.sqlite") == [
         "restart_window",
-        "recovered_in_window",
         "resolved",
+        "recovered_in_window",
     ]
+    assert 'stallwatch_restarter_recovered_in_window_total{target="gpu1"} 1.0' in metrics
+
+
+async def test_a_flap_between_states_does_not_start_the_window_over(tmp_path: Path) -> None:
+    """An alert that resolves while nothing moved (one slow poll read hung) leaves the window
+    open; the next episode goes on in it and is restarted at the first window's end."""
+    marker = tmp_path / "marker"
+    async with fake_vllm("stalled") as fake:
+        config = write_config(tmp_path, [command_target(fake.url, marker)], restart_after="4s")
+        async with running_restarter(config) as (client, restarter):
+            opened_at = time.monotonic()
+            await post_alerts(client, payload(alert()))
+            await post_alerts(client, payload(alert(status="resolved")))
+            await restarter.windows.settled()
+            second = alert(fingerprint="9f8e7d6c5b4a3f2e", alertname="LLMServerHung")
+            second["labels"]["alertname"] = "LLMServerStuck"
+            second["startsAt"] = "2026-11-30T05:31:00.000Z"
+            await post_alerts(client, payload(second))
+            await wait_for(lambda: bool(marker_lines(marker)), 30, "the restart")
+            restarted_after = time.monotonic() - opened_at
+            await settle(restarter)
+    journal = reasons(tmp_path / "journal.sqlite")
+    assert journal[:4] == ["restart_window", "resolved", "restart_window", "restart_window"]
+    assert "confirmed" in journal
+    assert "recovered_in_window" not in journal
+    assert restarted_after < 4 + 15  # the first window's end, not a second full window later
 
 
 async def test_a_hold_defers_restarts_until_it_ends(tmp_path: Path) -> None:

@@ -133,22 +133,22 @@ def test_a_recovery_closes_the_window_as_a_near_miss() -> None:
     assert "100 s into its 300 s restart window" in windowed.decision.detail
 
 
-def test_a_window_of_another_episode_is_not_reused() -> None:
-    """A new episode of the alert (another startsAt) starts its own window."""
-    old = replace(opened(400), alert="f1@2026-11-30T04:00:00Z")
+def test_a_new_episode_of_the_target_goes_on_in_its_window() -> None:
+    """An alert that resolved and fired again while nothing moved (a flap between states) does
+    not start the silence over: the target's window acts at its end."""
+    old = replace(opened(300), alert="f1@2026-11-30T04:00:00Z")
     judged = judge_window(
-        old, alert=KEY, target="gpu1", restart_after=300, confirmation=stall(BUSY_1), now=NOW
+        old, alert=KEY, target="gpu1", restart_after=300, confirmation=stall(FROZEN_LATER), now=NOW
     )
-    assert judged.step == "wait"
-    assert judged.window is not None
-    assert judged.window.opened_at == NOW
+    assert judged.step == "act"
 
 
 def test_moved_since_sees_progress_and_a_new_process() -> None:
     """Counters that moved, or a restart, between the window's reads are movement; frozen not."""
     assert moved_since(BUSY_1, BUSY_2) is not None
     assert moved_since(BUSY_1, FROZEN_LATER) is None
-    assert moved_since(None, BUSY_2) is None
+    assert moved_since(None, BUSY_2) == "the server answers again"  # a hang that answers
+    assert moved_since(BUSY_1, None) is None
 
 
 def test_a_pending_decision_passes_the_window_unchanged() -> None:
