@@ -377,6 +377,7 @@ def make_pod(
     grace_period: int = 30,
     phase: str = "Running",
     ready: bool = True,
+    node: str | None = "node-1",
 ) -> dict[str, Any]:
     metadata: dict[str, Any] = {"name": name, "namespace": namespace, "labels": labels or {}}
     if owner is not None:
@@ -411,6 +412,7 @@ def make_pod(
             ],
             # What the API server fills in when a manifest leaves it out: 30.
             "terminationGracePeriodSeconds": grace_period,
+            **({"nodeName": node} if node else {}),
         },
         "status": status_part,
     }
@@ -655,8 +657,9 @@ class FakeKube:
             body = await request.json() if request.can_read_body else {}
             grace = request.query.get("gracePeriodSeconds", body.get("gracePeriodSeconds"))
             self.grace_periods[(namespace, name)] = None if grace is None else int(grace)
-            self._remove(namespace, name)
-            return web.json_response(pod)
+            return web.json_response(
+                self._delete_pod(namespace, name, None if grace is None else int(grace))
+            )
         return status(405, "MethodNotAllowed", f"{verb} on pods")
 
     def _evict(
@@ -753,10 +756,9 @@ class FakeKube:
         the create handler sets it (staging/src/k8s.io/apiserver/pkg/endpoints/handlers/
         create.go), never the Eviction sent."""
         self.evicted.append((namespace, name))
-        self.grace_periods[(namespace, name)] = (body.get("deleteOptions") or {}).get(
-            "gracePeriodSeconds"
-        )
-        self._remove(namespace, name)
+        grace = (body.get("deleteOptions") or {}).get("gracePeriodSeconds")
+        self.grace_periods[(namespace, name)] = grace
+        self._delete_pod(namespace, name, grace)
         answer = {
             "kind": "Status",
             "apiVersion": "v1",
@@ -765,6 +767,47 @@ class FakeKube:
             "code": 201,
         }
         return web.json_response(answer, status=201)
+
+    def _delete_pod(self, namespace: str, name: str, requested: int | None) -> dict[str, Any]:
+        """Delete a pod as the API server does: gracefully, so it stays, Terminating, with a
+        deletionTimestamp until its kubelet has stopped it (`finish_terminating`); at once
+        only with a grace period of 0, or when no node runs it or it has ended
+        (pkg/registry/core/pod/strategy.go CheckGracefulDelete; the generic store's
+        BeforeDelete, staging/src/k8s.io/apiserver/pkg/registry/rest/delete.go, which only
+        ever shortens the grace of a pod already Terminating). Returns the pod as stored."""
+        pod = self.pods[(namespace, name)]
+        spec = pod["spec"]
+        period = (
+            requested if requested is not None else spec.get("terminationGracePeriodSeconds", 0)
+        )
+        if not spec.get("nodeName") or pod["status"].get("phase") in ("Failed", "Succeeded"):
+            period = 0
+        if period < 0:
+            period = 1
+        if period == 0:
+            self._remove(namespace, name)
+            return pod
+        meta = pod["metadata"]
+        current = meta.get("deletionGracePeriodSeconds")
+        if current is None or period < current:
+            meta["deletionTimestamp"] = time.strftime(
+                "%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + period)
+            )
+            meta["deletionGracePeriodSeconds"] = period
+            meta["resourceVersion"] = str(next(self._versions))
+        return pod
+
+    def terminating(self) -> list[Key]:
+        return sorted(
+            key for key, pod in self.pods.items() if "deletionTimestamp" in pod["metadata"]
+        )
+
+    def finish_terminating(self) -> None:
+        """Every Terminating pod's kubelet has stopped it: the pods go, with their
+        dependents."""
+        for namespace, name in self.terminating():
+            if (namespace, name) in self.pods:
+                self._remove(namespace, name)
 
     def _remove(self, namespace: str, name: str) -> None:
         """Remove a pod; a LeaderWorkerSet leader takes its group's workers with it (they

@@ -362,6 +362,41 @@ async def test_a_pod_under_two_pdbs_is_not_evicted(tmp_path: Path) -> None:
     assert fake.evicted == []
 
 
+@pytest.mark.parametrize(
+    ("pod", "mode", "grace", "stays"),
+    [
+        ({}, "evict", None, 30),  # the pod's terminationGracePeriodSeconds
+        ({}, "delete", 5, 5),  # the action's grace_period
+        ({"node": None, "phase": "Pending", "ready": False}, "evict", None, 0),  # unscheduled
+        ({"phase": "Failed", "ready": False}, "delete", None, 0),  # already ended
+    ],
+)
+async def test_a_deleted_pod_stays_terminating_for_its_grace_period(
+    tmp_path: Path, pod: dict[str, Any], mode: str, grace: int | None, stays: int
+) -> None:
+    """An evicted or deleted pod stays, with a deletionTimestamp, for its grace period (at
+    once only when unscheduled or ended); evicting it again ignores the budget."""
+    async with fake_kube() as fake:
+        fake.add_pod(make_pod("llm", "vllm-0", labels=SERVER_LABELS, **pod))
+        fake.add_pdb("llm", "vllm", SERVER_LABELS, desired_healthy=1, current_healthy=2)
+        async with kube_api(fake, tmp_path) as api:
+            action = KubernetesAction(mode=mode, namespace="llm", pod="vllm-0", grace_period=grace)  # type: ignore[arg-type]
+            first = await PodRestarter(api).restart(action)
+            stored = fake.pods.get(("llm", "vllm-0"))
+            again = await evict(fake, tmp_path, "vllm-0")
+        allowed = fake.pdbs[("llm", "vllm")]["status"]["disruptionsAllowed"]
+    assert first[0] == "success"
+    if stays:
+        assert stored is not None
+        assert stored["metadata"]["deletionGracePeriodSeconds"] == stays
+        assert again[0] == "success"  # a Terminating pod is deleted, not budgeted
+        assert allowed == (0 if mode == "evict" else 1)
+    else:
+        assert stored is None
+        assert again[0] == "failure"  # no such pod any more
+        assert "no longer exists" in again[1]
+
+
 # --- Leases ---------------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("change", "message"),

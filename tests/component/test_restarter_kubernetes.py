@@ -165,15 +165,26 @@ async def test_a_hung_pod_is_evicted_once(tmp_path: Path) -> None:
         async with restarter_app(config, Clock()) as (client, restarter):
             first = await send(client, pod_alert("vllm-0"))
             await settle(restarter)
+            # The evicted pod is Terminating for its grace period: the same alert is a
+            # duplicate; once the kubelet has stopped it, the pod is gone.
             again = await send(client, pod_alert("vllm-0"))
+            terminating = fake.terminating()
+            fake.finish_terminating()
+            gone = await send(client, pod_alert("vllm-0"))
             assert restarter.kube is not None
             await restarter.kube.flush_events()
             assert [(d["target"], d["decision"]) for d in first] == [("llm/vllm-0", "restart")]
-            assert again[0]["reason"] == "pod_not_found"  # evicted: its owner makes a new one
+            assert again[0]["reason"] == "duplicate"
+            assert terminating == [("llm", "vllm-0")]
+            assert gone[0]["reason"] == "pod_not_found"  # its owner makes a new one
             assert fake.evicted == [("llm", "vllm-0")]
             assert results(restarter) == [("llm/vllm-0", "success")]
             reasons = fake.event_reasons("vllm-0")
-            assert reasons == ["StallwatchRestarting", "StallwatchRestartSuccess"]
+            assert reasons == [
+                "StallwatchRestarting",
+                "StallwatchRestartSuccess",
+                "StallwatchRestartRefused",  # the duplicate, while the pod was Terminating
+            ]
 
 
 async def test_a_pdb_that_forbids_eviction_leaves_the_pod_and_says_so(tmp_path: Path) -> None:
@@ -307,6 +318,8 @@ async def test_a_group_member_restarts_its_whole_group_through_the_leader(tmp_pa
             await settle(restarter)
         assert (decision["target"], decision["decision"]) == ("llm/big-group-0", "restart")
         assert fake.evicted == [("llm", "big-0")]
+        assert fake.terminating() == [("llm", "big-0")]
+        fake.finish_terminating()  # the leader stopped: its workers go with it
         assert sorted(name for _, name in fake.pods) == ["big-1"]
 
 
@@ -377,6 +390,7 @@ async def test_a_second_replica_takes_over_and_honours_the_first_ones_cooldown(
             await settle(a)
             assert fake.evicted == [("llm", "vllm-0")]
             # The StatefulSet recreates the pod under its name; the first replica stops renewing.
+            fake.finish_terminating()
             fake.add_pod(make_pod("llm", "vllm-0", labels=SERVER_LABELS, port=sim_port(sim)))
             assert a.kube is not None
             assert a.kube.lease is not None
