@@ -95,6 +95,8 @@ class Stack:
                     name=TARGET,
                     metrics_url="http://127.0.0.1:9/metrics",
                     action=HttpAction(url=action_url + "/restart"),
+                    # The first confirmation acts: what is measured is the webhook, not the wait.
+                    restart_after=0.0,
                 ),
             ),
             journal=str(self.workdir / "journal.sqlite"),
