@@ -896,9 +896,11 @@ class FakeKube:
                 f"name on the URL ({name})",
             )
         if not body["metadata"].get("resourceVersion"):
-            # The Lease strategy allows no unconditional update.
+            # The Lease strategy allows no unconditional update; the generic store words it
+            # with the resource, not the kind (staging/src/k8s.io/apiserver/pkg/registry/
+            # generic/registry/store.go, Update).
             raise unprocessable(
-                kind,
+                "leases.coordination.k8s.io",
                 name or "",
                 [
                     invalid(

@@ -408,7 +408,7 @@ async def test_a_deleted_pod_stays_terminating_for_its_grace_period(
         ),
         (
             {"metadata": {"resourceVersion": None}},
-            'Lease.coordination.k8s.io "l" is invalid: metadata.resourceVersion: '
+            'leases.coordination.k8s.io "l" is invalid: metadata.resourceVersion: '
             "Invalid value: 0x0: must be specified for an update",
         ),
         (
