@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import aiohttp
 
@@ -39,6 +40,18 @@ LOAD_POLL_SECONDS = 5.0
 FIRING_LOOKBACK_SECONDS = 86400.0
 
 
+@dataclass(frozen=True)
+class _StalledAnswer:
+    """`FleetGuard.stalled` as computed at `computed_at`: true until `valid_until` (the first
+    moment an alert it counts leaves the window), for this config and these firing alerts."""
+
+    config: RestarterConfig
+    version: int
+    computed_at: float
+    valid_until: float
+    targets: frozenset[str]
+
+
 class FleetGuard:
     """Fleet state for one restarter: seen stalls, breaker, pause, load times."""
 
@@ -56,6 +69,9 @@ class FleetGuard:
         # Firing restart alerts not resolved: (target, fingerprint) -> time last seen; None
         # until read from the journal.
         self._firing: dict[tuple[str, str], float] | None = None
+        # Bumped whenever `_firing` changes: what a cached `stalled` answer was computed from.
+        self._firing_version = 0
+        self._stalled: _StalledAnswer | None = None
 
     def _kept_since(self, config: RestarterConfig, now: float) -> float:
         return now - max(config.mass_stall.window, FIRING_LOOKBACK_SECONDS)
@@ -65,6 +81,7 @@ class FleetGuard:
             config = self._config()
             since = self._kept_since(config, self.clock())
             self._firing = self.journal.firing_alerts(since, config.restart_alerts)
+            self._firing_version += 1
         return self._firing
 
     def controls(self, now: float) -> Controls:
@@ -77,6 +94,7 @@ class FleetGuard:
         config = self._config()
         now = self.clock()
         firing = self._firing_alerts()
+        self._firing_version += 1
         for alert in notification.alerts:
             name = alert.target
             if alert.alertname not in config.restart_alerts or name is None:
@@ -93,13 +111,29 @@ class FleetGuard:
         self.check_breaker()
 
     def stalled(self, now: float) -> frozenset[str]:
+        """The configured targets with a firing restart alert seen within `mass_stall.window`.
+
+        Every alert judged asks this, so the answer is kept until the firing alerts or the
+        config change, or one of the alerts it counts grows older than the window: a
+        notification (or a release) of thousands of alerts reads them once, not once per alert.
+        """
         config = self._config()
-        since = now - config.mass_stall.window
-        return frozenset(
-            name
-            for (name, _), at in self._firing_alerts().items()
-            if at > since and config.target(name) is not None
-        )
+        firing = self._firing_alerts()
+        cached = self._stalled
+        if (
+            cached is not None
+            and cached.config is config
+            and cached.version == self._firing_version
+            and cached.computed_at <= now < cached.valid_until
+        ):
+            return cached.targets
+        window = config.mass_stall.window
+        names = {target.name for target in config.targets}
+        counted = [(name, at) for (name, _), at in firing.items() if at > now - window]
+        targets = frozenset(name for name, at in counted if name in names)
+        valid_until = min((at + window for name, at in counted if name in names), default=math.inf)
+        self._stalled = _StalledAnswer(config, self._firing_version, now, valid_until, targets)
+        return targets
 
     def with_fleet(self, history: History, now: float) -> History:
         """`history` with what the fleet rules read: stalls, controls, load times."""
