@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import aiohttp
@@ -141,20 +142,25 @@ async def test_slow_then_recover_changes_generation_rate() -> None:
     ):
         tasks = await start_requests(s, sim, 2)
 
-        async def tokens_in(seconds: float) -> float:
-            first = await read_metrics(s, sim.url)
+        async def tokens_per_second(seconds: float) -> float:
+            first, started = await read_metrics(s, sim.url), time.monotonic()
             await asyncio.sleep(seconds)
             second = await read_metrics(s, sim.url)
-            return second[TOKENS] - first[TOKENS]
+            return (second[TOKENS] - first[TOKENS]) / (time.monotonic() - started)
 
-        fast = await tokens_in(0.3)
+        # A loaded machine may admit the requests late: measure once they generate.
+        for _ in range(400):
+            if (await read_metrics(s, sim.url))[TOKENS] > 0:
+                break
+            await asyncio.sleep(0.05)
+        fast = await tokens_per_second(0.5)
         await inject(s, sim, fault="slow", tokens_per_second=20)
-        slow = await tokens_in(0.3)
+        slow = await tokens_per_second(1.5)
         assert sim.stats()["fault"] == "slow"
         await inject(s, sim, fault="hang")
-        hung = await tokens_in(0.2)
+        hung = await tokens_per_second(0.3)
         await inject(s, sim, fault="recover")
-        recovered = await tokens_in(0.3)
+        recovered = await tokens_per_second(0.5)
         for task in tasks:
             task.cancel()
         rates = f"fast {fast}, slow {slow}, hung {hung}, recovered {recovered}"
