@@ -7,6 +7,7 @@ type-checked when present.
 
 from __future__ import annotations
 
+import datetime
 import json
 import re
 from collections.abc import Mapping
@@ -127,3 +128,27 @@ def parse_notification(body: bytes) -> Notification:
         external_url=document.get("externalURL", ""),
         group_key=document.get("groupKey", ""),
     )
+
+
+def episode_before(starts_at: str, other: str) -> bool:
+    """Whether the alert episode that began at `starts_at` began before `other` (Alertmanager's
+    RFC 3339 startsAt, nanoseconds included); False when either cannot be read."""
+    first, second = _instant(starts_at), _instant(other)
+    return first is not None and second is not None and first < second
+
+
+def _instant(text: str) -> tuple[datetime.datetime, int] | None:
+    """An RFC 3339 time as (the second, its nanoseconds): Python's datetime stops at micro."""
+    head, _, fraction = text.partition(".")
+    digits, zone = fraction, ""
+    for index, char in enumerate(fraction):
+        if not char.isdigit():
+            digits, zone = fraction[:index], fraction[index:]
+            break
+    try:
+        second = datetime.datetime.fromisoformat(head + (zone if fraction else ""))
+    except ValueError:
+        return None
+    if second.tzinfo is None:
+        return None
+    return second.astimezone(datetime.UTC), int((digits + "000000000")[:9] or 0)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 import aiohttp
 
 from stallwatch.common.restarter_config import RestarterConfig, Target
-from stallwatch.core.alerts import Notification
+from stallwatch.core.alerts import Notification, episode_before
 from stallwatch.core.fleet import Controls, breaker_trip, current_controls
 from stallwatch.core.policy import History
 from stallwatch.exporter.fetch import read_metrics
@@ -69,6 +69,9 @@ class FleetGuard:
         # Firing restart alerts not resolved: (target, fingerprint) -> time last seen; None
         # until read from the journal.
         self._firing: dict[tuple[str, str], float] | None = None
+        # The episode (startsAt) of each firing alert seen in a notification: a resolved notice
+        # of an earlier episode of the same alert does not end the current one.
+        self._episodes: dict[tuple[str, str], str] = {}
         # Bumped whenever `_firing` changes: what a cached `stalled` answer was computed from.
         self._firing_version = 0
         self._stalled: _StalledAnswer | None = None
@@ -101,13 +104,20 @@ class FleetGuard:
                 continue
             if config.target(name) is None:
                 continue
+            key = (name, alert.fingerprint)
             if alert.status == "resolved":
-                firing.pop((name, alert.fingerprint), None)
+                current = self._episodes.get(key)
+                if current is not None and episode_before(alert.starts_at, current):
+                    continue  # a late notice about an episode that ended before this one began
+                firing.pop(key, None)
+                self._episodes.pop(key, None)
             else:
-                firing[(name, alert.fingerprint)] = now
+                firing[key] = now
+                self._episodes[key] = alert.starts_at
         since = self._kept_since(config, now)
         for key in [key for key, at in firing.items() if at <= since]:
             del firing[key]
+            self._episodes.pop(key, None)
         self.check_breaker()
 
     def stalled(self, now: float) -> frozenset[str]:

@@ -255,3 +255,24 @@ async def test_cooldown_auto_measures_the_load_time_after_a_restart(tmp_path: Pa
             assert set(restarter.journal.load_times()) == {"gpu0"}
             text = await (await client.get("/metrics")).text()
             assert 'stallwatch_restarter_model_load_seconds{target="gpu0"}' in text
+
+
+async def test_a_late_resolved_notice_of_an_earlier_episode_keeps_the_stall_counted(
+    tmp_path: Path,
+) -> None:
+    """A resolved notice about an earlier episode of an alert (older startsAt) does not end the
+    stall of the current one, so a mass stall cannot slip past the cap through it."""
+    async with fake_vllm("stalled") as fake:
+        config = write_config(
+            tmp_path, [target_entry("gpu1", fake.url, {"kind": "command", "argv": ["true"]})]
+        )
+        async with running_restarter(config) as (client, restarter):
+            current = alert(starts_at="2026-11-30T06:00:00.5Z")
+            await post_alerts(client, payload(current))
+            assert restarter.fleet.stalled(restarter.clock()) == {"gpu1"}
+            earlier = alert(status="resolved", starts_at="2026-11-30T05:29:50.914142978Z")
+            await post_alerts(client, payload(earlier))
+            assert restarter.fleet.stalled(restarter.clock()) == {"gpu1"}
+            ended = alert(status="resolved", starts_at="2026-11-30T06:00:00.5Z")
+            await post_alerts(client, payload(ended))
+            assert restarter.fleet.stalled(restarter.clock()) == frozenset()

@@ -221,7 +221,8 @@ def _record(current: TargetHistory) -> PollRecord:
 
 # A loopback connect the exporter could not make within its share of the timeout: only its own
 # event loop, starved on a loaded test machine, causes that; it says nothing of the server.
-STARVED_CONNECT = "/metrics: not connected within"
+# Under `kind: auto` the poll after a failed read asks /v1/models first, so either path may say it.
+STARVED_CONNECT = ("/metrics: not connected within", "/v1/models: not connected within")
 
 
 def starved(poll: PollRecord) -> bool:

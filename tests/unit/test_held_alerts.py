@@ -1,8 +1,10 @@
-"""Which alerts the restarter holds to judge again after a pause or an open breaker."""
+"""Which alerts the restarter holds to judge again, and how alert episodes are ordered."""
 
 from __future__ import annotations
 
-from stallwatch.core.alerts import Alert, Notification
+import pytest
+
+from stallwatch.core.alerts import Alert, Notification, episode_before
 from stallwatch.core.policy import Decision
 from stallwatch.restarter.held import HOLD_SECONDS, HeldAlerts
 
@@ -65,3 +67,22 @@ def test_the_latest_delivery_of_an_alert_is_held_and_old_ones_expire() -> None:
     taken = held.take(NOW + 10)
     assert taken is not None
     assert taken.alerts == (later,)
+
+
+EPISODE_CASES = [
+    # (case, starts_at, other, before)
+    ("nanoseconds against microseconds", "2026-11-30T05:29:50.914142978Z",
+     "2026-11-30T05:29:50.9142Z", True),
+    ("a later second", "2026-11-30T05:31:00Z", "2026-11-30T05:30:00.1Z", False),
+    ("the same instant", "2026-11-30T05:30:00.100Z", "2026-11-30T05:30:00.1Z", False),
+    ("another zone", "2026-11-30T06:29:50+01:00", "2026-11-30T05:30:00Z", True),
+    ("unreadable: never before", "junk", "2026-11-30T05:30:00Z", False),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("case", "starts_at", "other", "before"), EPISODE_CASES, ids=[c[0] for c in EPISODE_CASES]
+)
+def test_episode_order(case: str, starts_at: str, other: str, before: bool) -> None:
+    """Alertmanager's startsAt values are ordered as instants, nanoseconds and zones included."""
+    assert episode_before(starts_at, other) is before, case
