@@ -42,6 +42,9 @@ log = logging.getLogger("stallwatch.exporter")
 MAX_PROBE_TARGETS = 10_000
 # Refusal reasons of `stallwatch_probe_refused_total`.
 REFUSAL_REASONS = ("unknown_module", "bad_target", "not_allowed", "too_many_targets")
+# At most this many spellings of one target keep their rendered answer until the next read
+# (Prometheus asks with one); another spelling is rendered for its `/probe` and dropped first.
+MAX_SPELLINGS_RENDERED = 4
 
 
 @dataclass
@@ -54,14 +57,16 @@ class _Entry:
     clock: ReadClock | None = None
     last_asked_at: float = 0.0
     reading: asyncio.Task[None] | None = None
-    # The answer rendered since the last read, by the spelling of the target asked for: an
-    # answer from memory costs no rendering.
+    # The answer rendered since the last read, by the spelling of the target asked for (at
+    # most MAX_SPELLINGS_RENDERED of them): an answer from memory costs no rendering.
     rendered: dict[str, bytes] = field(default_factory=dict)
 
     def body(self, label: str) -> bytes:
         body = self.rendered.get(label)
         if body is None:
             body = render_answer(replace(self.target, name=label), self.history)
+            while len(self.rendered) >= MAX_SPELLINGS_RENDERED:
+                del self.rendered[next(iter(self.rendered))]  # the oldest spelling first
             self.rendered[label] = body
         return body
 
