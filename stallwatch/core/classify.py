@@ -27,6 +27,15 @@ class State(StrEnum):
     UNKNOWN = "unknown"
 
 
+# TGI's registry (metrics-exporter-prometheus) creates each series at its first update, and the
+# one gauge its startup sets (`tgi_batch_max_total_tokens`) is set before the router installs the
+# registry: until its first request a TGI's /metrics is an empty 200. Nothing to judge yet: never
+# restarted, no test request (an empty payload proves nothing about the engine).
+EMPTY_PAYLOAD = (
+    "reachable, but /metrics holds no series at all: no request seen yet "
+    "(TGI publishes nothing before its first request); never restarted, no test request"
+)
+
 # When engines of one server disagree, the server takes the worst of their states.
 _ENGINE_SEVERITY: dict[State, int] = {
     State.STALLED: 5,
@@ -295,6 +304,8 @@ def classify(previous: Reading | None, current: Reading) -> Verdict:
     """The server's state from its previous read (same process or not) and this one."""
     running, waiting = current.running, current.waiting
     if not current.has_engines:
+        if current.empty:
+            return Verdict(State.NO_METRICS, EMPTY_PAYLOAD)
         return Verdict(State.NO_METRICS, "reachable, but no engine series")
     if previous is not None and previous.has_engines:
         evidence = restart_evidence(previous, current)

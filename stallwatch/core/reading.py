@@ -113,6 +113,9 @@ class Reading:
     start_marker: str | None = field(default=None)
     # Client requests in flight at the HTTP layer, where the engine publishes them fresh.
     inflight_requests: float | None = None
+    # The payload held no sample at all (nothing, or comments only): a TGI before its first
+    # request, whose registry creates each series at its first update.
+    empty: bool = False
 
     @property
     def has_engines(self) -> bool:
@@ -244,7 +247,8 @@ def parse_reading(payload: str, *, taken_at: float, kind: str = AUTO) -> Reading
 
     `kind` forces one engine's profile; `auto` keeps the engine whose identifying families
     are present. Non-finite values are treated as missing. A payload with no engine series
-    gives a reading with no engines (the `no_metrics` state), never an exception.
+    gives a reading with no engines (the `no_metrics` state), never an exception; one with no
+    sample at all is marked `empty`.
     """
     table_kind = kind if kind == AUTO else profile_for(kind).kind
     table = _TABLES[table_kind]
@@ -256,9 +260,14 @@ def parse_reading(payload: str, *, taken_at: float, kind: str = AUTO) -> Reading
     seen: dict[str, set[str]] = {}
     start_time: float | None = None
     malformed = 0
+    empty = True
     for raw_line in payload.splitlines():
         line = raw_line.strip()
-        if not line or line[0] not in first_letters:
+        if not line:
+            continue
+        if empty and line[0] != "#":
+            empty = False
+        if line[0] not in first_letters:
             continue
         end = len(line)
         for stop in ("{", " "):
@@ -309,7 +318,12 @@ def parse_reading(payload: str, *, taken_at: float, kind: str = AUTO) -> Reading
                 engine_totals.setdefault(role, part_value)
     chosen = _choose(seen) if kind == AUTO else (table_kind if table_kind in values else None)
     if chosen is None:
-        return Reading(taken_at=taken_at, process_start_time=start_time, malformed_lines=malformed)
+        return Reading(
+            taken_at=taken_at,
+            process_start_time=start_time,
+            malformed_lines=malformed,
+            empty=empty,
+        )
     engines = tuple(
         _engine_sample(chosen, key, found) for key, found in sorted(values[chosen].items())
     )

@@ -7,7 +7,8 @@ What moves when (backends/v3/src/backend.rs, queue.rs, router/src/server.rs):
   prefill or decode call to the shard: one per forward;
 - `tgi_batch_current_size` is set at each decode iteration and 0 when the loop leaves a batch;
   `tgi_queue_size` at each enqueue and batch; `tgi_request_success` at request end;
-- names carry no `_total`; a series appears only after its first update; no start time;
+- names carry no `_total`; a series appears only after its first update, so before its first
+  request a TGI's `/metrics` is an empty 200; no start time;
 - `/health` (= `/` = `/ping`) asks every shard for its health, which the shard answers only
   between two forwards: on a busy server it waits for the current forward, on a hung one it
   never answers.
@@ -37,7 +38,6 @@ FAMILIES: dict[str, tuple[str, str | None]] = {
     "tgi_request_success": ("counter", "Number of successful requests"),
     "tgi_batch_current_max_tokens": ("gauge", "Maximum tokens for the current batch"),
     "tgi_batch_current_size": ("gauge", "Current batch size"),
-    "tgi_batch_max_total_tokens": ("gauge", None),
     "tgi_queue_size": ("gauge", "Current queue size"),
 }
 
@@ -51,9 +51,10 @@ class TgiFlavour(Flavour):
     def reset(self, now: float) -> None:
         super().reset(now)
         initial = float(self.server.config.initial_decodes)
-        self.values: dict[str, dict[str, float]] = {
-            "tgi_batch_max_total_tokens": {"": float(self.server.config.kv_cache_tokens)}
-        }
+        # Nothing before the first request: every series is created at its first update, and
+        # `tgi_batch_max_total_tokens` is set at warmup, before the router installs its recorder
+        # (backends/v3/src/main.rs calls connect_backend before server::run), so never published.
+        self.values: dict[str, dict[str, float]] = {}
         if initial:
             for name in ("tgi_batch_inference_count", "tgi_batch_inference_success"):
                 self.values[name] = {"decode": initial}
