@@ -25,6 +25,7 @@ from stallwatch.core.engines import AUTO, PROFILES, model_owners
 from stallwatch.core.engines.llamacpp import START_HEADER
 from stallwatch.core.engines.profile import faulted_engines
 from stallwatch.core.reading import Reading, parse_reading, with_start_marker
+from stallwatch.exporter.offload import run_sized
 
 DEFAULT_MAX_BYTES = 8 * 1024 * 1024
 # llama.cpp sends its process start (monotonic microseconds) in this header of /metrics.
@@ -51,6 +52,7 @@ class ReadResult:
     error_reason: ErrorReason | None = None
     detail: str = ""
     status: int | None = None
+    payload_bytes: int = 0  # the size of the body read
 
     @property
     def ok(self) -> bool:
@@ -134,11 +136,16 @@ async def read_metrics(
         return ReadResult(None, "connection", f"{type(error).__name__}: {error}")
     if body is None:
         return ReadResult(None, "too_large", f"payload larger than {max_bytes} bytes")
-    text = body.decode("utf-8", errors="replace")
     taken_at = time.time() if now is None else now
-    reading = parse_reading(text, taken_at=taken_at, kind=kind if kind in PROFILES else AUTO)
-    reading = with_start_marker(reading, marker)
-    return ReadResult(reading)
+    profile = kind if kind in PROFILES else AUTO
+    reading = await run_sized(len(body), _parse, body, taken_at, profile, marker)
+    return ReadResult(reading, payload_bytes=len(body))
+
+
+def _parse(body: bytes, taken_at: float, kind: str, marker: str | None) -> Reading:
+    text = body.decode("utf-8", errors="replace")
+    reading = parse_reading(text, taken_at=taken_at, kind=kind)
+    return with_start_marker(reading, marker)
 
 
 @dataclass(frozen=True)

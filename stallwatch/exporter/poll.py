@@ -39,6 +39,7 @@ from stallwatch.exporter.fetch import (
     read_metrics,
     send_probe,
 )
+from stallwatch.exporter.offload import run_sized
 
 
 def unread_verdict(read: ReadResult) -> Verdict:
@@ -130,15 +131,16 @@ async def poll_once(
     if read.reading is None:
         return outcome(unread_verdict(read), None, error_reason=read.error_reason)
     reading = read.reading
+    size = read.payload_bytes
     if not reading.has_engines:
         if await models_listed():
-            verdict = classify(baseline, reading)
+            verdict = await run_sized(size, classify, baseline, reading)
         else:
             verdict = down("no engine series in /metrics and /v1/models did not answer")
         parse_error = "parse" if reading.malformed_lines else None
         return outcome(verdict, reading, error_reason=parse_error)
 
-    verdict = classify(baseline, reading)
+    verdict = await run_sized(size, classify, baseline, reading)
     if verdict.state == State.STALLED or verdict.probe_needed:
         faulted = await engine_faults(
             session, target.url, reading.engine_kind, timeout=target.timeout_seconds
@@ -192,8 +194,14 @@ async def poll_once(
             kind=target.kind,
         )
         reread = again.reading
-    settled = settle_probe(
-        verdict, reading, answered=probe.succeeded, detail=probe.detail, reread=reread
+    settled = await run_sized(
+        size,
+        settle_probe,
+        verdict,
+        reading,
+        answered=probe.succeeded,
+        detail=probe.detail,
+        reread=reread,
     )
     return outcome(
         settled.verdict, settled.reading, probes_sent=1, probes_failed=settled.probes_failed

@@ -1,0 +1,89 @@
+"""A target serving a huge `/metrics` payload, polled beside a healthy one on loopback: the
+healthy target keeps its schedule."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+from collections.abc import AsyncIterator
+
+from aiohttp import web
+
+from stallwatch.common.exporter_config import DEFAULT_MAX_PAYLOAD_BYTES, ProbeConfig
+from stallwatch.core.history import PollOutcome, TargetHistory
+from stallwatch.simulator.server import SimConfig
+from stallwatch.simulator.testing import running_simulator
+
+from .exporter_support import exporter_for, target
+
+# 141 644 engine series of vLLM, one per `engine` label: about 8 MiB, under the default cap.
+HOSTILE_SERIES = 141_644
+HEALTHY_INTERVAL = 1.0
+WATCHED_SECONDS = 10.0
+# Generous: the machine is shared. Without the fix a gap is the whole parse and judgement of
+# the big payload (4 s and more here).
+MAX_GAP = 3 * HEALTHY_INTERVAL
+
+
+def hostile_payload() -> bytes:
+    lines = [
+        f'vllm:num_requests_running{{model_name="m",engine="{i}"}} 1' for i in range(HOSTILE_SERIES)
+    ]
+    return ("\n".join(lines) + "\n").encode()
+
+
+@contextlib.asynccontextmanager
+async def big_metrics_server(body: bytes) -> AsyncIterator[str]:
+    async def metrics(_request: web.Request) -> web.Response:
+        return web.Response(body=body, content_type="text/plain")
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        await runner.cleanup()
+
+
+async def test_a_huge_payload_does_not_delay_a_healthy_target() -> None:
+    """A healthy target polled every second beside one serving 8 MiB of engine series (read
+    every second too) has no gap between its polls longer than three intervals."""
+    body = hostile_payload()
+    assert len(body) < DEFAULT_MAX_PAYLOAD_BYTES
+    async with big_metrics_server(body) as hostile_url, running_simulator(SimConfig()) as sim:
+        healthy = target(
+            "healthy",
+            sim.url,
+            kind="vllm",
+            interval_seconds=HEALTHY_INTERVAL,
+            timeout_seconds=HEALTHY_INTERVAL,
+            probe=ProbeConfig(enabled=False),
+        )
+        hostile = target(
+            "hostile",
+            hostile_url,
+            kind="vllm",
+            interval_seconds=1.0,
+            timeout_seconds=1.0,
+            probe=ProbeConfig(enabled=False),
+        )
+        polled: dict[str, list[float]] = {"healthy": [], "hostile": []}
+        loop = asyncio.get_running_loop()
+
+        def seen(name: str, _history: TargetHistory, _outcome: PollOutcome) -> None:
+            polled[name].append(loop.time())
+
+        async with exporter_for(healthy, hostile) as (service, _url):
+            service.subscribe(seen)
+            await asyncio.sleep(WATCHED_SECONDS)
+    times = polled["healthy"]
+    gaps = [later - earlier for earlier, later in itertools.pairwise(times)]
+    assert polled["hostile"], "the big payload was read at least once"
+    assert len(times) >= 3, times
+    assert max(gaps) <= MAX_GAP, gaps
