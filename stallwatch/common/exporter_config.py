@@ -48,11 +48,16 @@ _MODULE_KEYS = (
     "probe",
     "allow",
     "forget_after",
+    "max_targets",
 )
 _MODULE_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 # A target no `/probe` asked for in this long (or four intervals, if longer) is forgotten,
 # its history with it.
 DEFAULT_FORGET_AFTER_SECONDS = 600.0
+# At most this many targets are remembered by `/probe` at once, over all modules (see
+# BENCHMARKS.md for the memory each takes). Each module may remember its own `max_targets`,
+# by default an equal share of these, so a flood in one module leaves the others their room.
+MAX_PROBE_TARGETS = 10_000
 _TARGET_KEYS = ("name", "url", "kind", "metrics_path", "interval", "timeout", "probe", "labels")
 
 
@@ -122,6 +127,9 @@ class ModuleConfig:
     timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS
     probe: ProbeConfig = ProbeConfig(enabled=False)
     forget_after_seconds: float = DEFAULT_FORGET_AFTER_SECONDS
+    # The most targets this module remembers at once; None: an equal share of the total
+    # (`module_max_targets`).
+    max_targets: int | None = None
 
     def target(self, name: str, url: str) -> TargetConfig:
         """The target config one `/probe` of `url` under this module reads with."""
@@ -243,6 +251,33 @@ def _module(
         timeout_seconds=module_timeout,
         probe=_probe(probe_section, defaults),
         forget_after_seconds=forget_after,
+        max_targets=section.integer("max_targets", 0, minimum=1)
+        if section.has("max_targets")
+        else None,
+    )
+
+
+def module_max_targets(
+    modules: Mapping[str, ModuleConfig], name: str, total: int = MAX_PROBE_TARGETS
+) -> int:
+    """The most targets module `name` remembers at once: its own `max_targets`, or else an
+    equal share of the `total` over all modules (at least one)."""
+    own = modules[name].max_targets
+    return own if own is not None else max(1, total // len(modules))
+
+
+def _check_module_shares(source: str, modules: Mapping[str, ModuleConfig]) -> None:
+    """The modules' caps must fit in the total, so that no module can fill another's room."""
+    caps = {name: module_max_targets(modules, name) for name in modules}
+    if sum(caps.values()) <= MAX_PROBE_TARGETS:
+        return
+    named = next(name for name in modules if modules[name].max_targets is not None)
+    share = MAX_PROBE_TARGETS // len(modules)
+    raise ConfigError(
+        source,
+        f"modules.{named}.max_targets",
+        f"the modules' max_targets add up to {sum(caps.values())} (a module without one takes"
+        f" {share}, an equal share), more than the {MAX_PROBE_TARGETS} targets /probe remembers",
     )
 
 
@@ -284,6 +319,7 @@ def exporter_config_from_mapping(data: object, source: str) -> ExporterConfig:
         )
         for name, value in modules_section.items()
     }
+    _check_module_shares(source, modules)
     names = [target.name for target in targets]
     for index, name in enumerate(names):
         if name in names[:index]:

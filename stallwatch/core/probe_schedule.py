@@ -60,3 +60,13 @@ def forgotten(last_asked: Mapping[K, tuple[float, float]], now: float) -> list[K
 def has_room(remembered: int, *, known: bool, max_targets: int) -> bool:
     """Whether a target may be read: it is remembered already, or there is room for one more."""
     return known or remembered < max_targets
+
+
+def no_room(remembered: int, in_module: int, *, max_targets: int, module_max: int) -> str:
+    """Why a new target of a module cannot be remembered ("" when it can): `module_full` when
+    the module remembers its own maximum, `too_many_targets` when the whole table is full."""
+    if in_module >= module_max:
+        return "module_full"
+    if remembered >= max_targets:
+        return "too_many_targets"
+    return ""

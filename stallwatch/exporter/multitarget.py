@@ -28,20 +28,31 @@ from stallwatch.common.allowlist import (
     parse_allow_rule,
     parse_target,
 )
-from stallwatch.common.exporter_config import ExporterConfig, ModuleConfig, TargetConfig
+from stallwatch.common.exporter_config import (
+    MAX_PROBE_TARGETS,
+    ExporterConfig,
+    ModuleConfig,
+    TargetConfig,
+    module_max_targets,
+)
 from stallwatch.core.history import TargetHistory
-from stallwatch.core.probe_schedule import ReadClock, after_read, forgotten, has_room, read_due
+from stallwatch.core.probe_schedule import ReadClock, after_read, forgotten, no_room, read_due
 from stallwatch.exporter.collector import ExporterCollector
 from stallwatch.exporter.poll import poll_once
 from stallwatch.exporter.service import ReloadStatus
 
 log = logging.getLogger("stallwatch.exporter")
 
-# At most this many targets are remembered at once (see BENCHMARKS.md for the memory each
-# takes). A new target beyond it is refused (503) rather than evicting one being watched.
-MAX_PROBE_TARGETS = 10_000
+# A new target beyond MAX_PROBE_TARGETS, or beyond its module's `max_targets`, is refused
+# (503) rather than evicting one being watched.
 # Refusal reasons of `stallwatch_probe_refused_total`.
-REFUSAL_REASONS = ("unknown_module", "bad_target", "not_allowed", "too_many_targets")
+REFUSAL_REASONS = (
+    "unknown_module",
+    "bad_target",
+    "not_allowed",
+    "module_full",
+    "too_many_targets",
+)
 # At most this many spellings of one target keep their rendered answer until the next read
 # (Prometheus asks with one); another spelling is rendered for its `/probe` and dropped first.
 MAX_SPELLINGS_RENDERED = 4
@@ -99,6 +110,7 @@ class ProbeService:
         self.clock = clock
         self.max_targets = max_targets
         self.entries: dict[tuple[str, str], _Entry] = {}
+        self.per_module: Counter[str] = Counter()  # entries, by module
         self.refused: Counter[tuple[str, str]] = Counter()
         self.reads = 0
         self.answers_from_memory = 0
@@ -147,13 +159,19 @@ class ProbeService:
         key = (module_name, target.url)
         entry = self.entries.get(key)
         if entry is None:
-            if not has_room(len(self.entries), known=False, max_targets=self.max_targets):
-                return self.refuse(
-                    module_name,
-                    "too_many_targets",
-                    f"{self.max_targets} targets are watched already",
-                    status=503,
-                )
+            module_max = self.module_max_targets(module_name)
+            reason = no_room(
+                len(self.entries),
+                self.per_module[module_name],
+                max_targets=self.max_targets,
+                module_max=module_max,
+            )
+            if reason == "module_full":
+                detail = f"module {module_name} watches its {module_max} targets already"
+                return self.refuse(module_name, reason, detail, status=503)
+            if reason:
+                detail = f"{self.max_targets} targets are watched already"
+                return self.refuse(module_name, reason, detail, status=503)
             entry = self._remember(key, module, target, target_text)
         entry.last_asked_at = now
         if entry.reading is not None:
@@ -173,7 +191,12 @@ class ProbeService:
     ) -> _Entry:
         entry = _Entry(target=module.target(label, target.url), module=module)
         self.entries[key] = entry
+        self.per_module[key[0]] += 1
         return entry
+
+    def module_max_targets(self, name: str) -> int:
+        """The most targets module `name` remembers at once (its share of `max_targets`)."""
+        return module_max_targets(self._config.modules, name, self.max_targets)
 
     async def _read(self, entry: _Entry) -> None:
         try:
@@ -213,6 +236,7 @@ class ProbeService:
     def _forget(self, key: tuple[str, str]) -> None:
         entry = self.entries.pop(key, None)
         if entry is not None:
+            self.per_module[key[0]] -= 1
             self.forgotten += 1
             if entry.reading is not None:
                 entry.reading.cancel()
@@ -263,10 +287,16 @@ class ProbeCollector(Collector):
             f"Targets /probe remembers, by module (at most {probes.max_targets} in all).",
             labels=["module"],
         )
-        per_module = Counter(module for module, _url in probes.entries)
+        most = GaugeMetricFamily(
+            "stallwatch_probe_targets_max",
+            "The most targets /probe remembers at once for the module (its max_targets).",
+            labels=["module"],
+        )
         for module in sorted(probes.modules):
-            targets.add_metric([module], per_module[module])
+            targets.add_metric([module], probes.per_module[module])
+            most.add_metric([module], probes.module_max_targets(module))
         yield targets
+        yield most
         yield CounterMetricFamily(
             "stallwatch_probe_reads",
             "/probe requests that read their target.",

@@ -7,7 +7,10 @@ import pytest
 from stallwatch.common.config import ConfigError
 from stallwatch.common.exporter_config import (
     DEFAULT_FORGET_AFTER_SECONDS,
+    MAX_PROBE_TARGETS,
+    ExporterConfig,
     exporter_config_from_mapping,
+    module_max_targets,
 )
 
 
@@ -70,6 +73,12 @@ def test_a_module_takes_the_target_settings_and_defaults() -> None:
         ({"m": {"allow": ["x"], "targets": []}}, "modules.m.targets: unknown key"),
         ({"a b": {"allow": ["x"]}}, "modules.a b: a module name is letters"),
         (["m"], "modules: expected a mapping of module names to modules"),
+        ({"m": {"allow": ["x"], "max_targets": 0}}, "modules.m.max_targets: expected an integer"),
+        (
+            {"a": {"allow": ["x"], "max_targets": 8000}, "b": {"allow": ["x"]}},
+            "modules.a.max_targets: the modules' max_targets add up to 13000 (a module without"
+            " one takes 5000",
+        ),
     ],
 )
 def test_bad_modules_name_the_field(modules: object, message: str) -> None:
@@ -90,3 +99,15 @@ def test_static_targets_and_modules_together() -> None:
     )
     assert [t.name for t in config.targets] == ["a"]
     assert list(config.modules) == ["m"]
+
+
+def test_each_module_remembers_its_share_of_the_targets_by_default() -> None:
+    """Without max_targets a module may remember an equal share of the total; with it, its own."""
+    config = load({"a": {"allow": ["x"]}, "b": {"allow": ["x"]}, "c": {"allow": ["x"]}})
+    assert isinstance(config, ExporterConfig)
+    shares = {name: module_max_targets(config.modules, name) for name in config.modules}
+    assert shares == dict.fromkeys("abc", MAX_PROBE_TARGETS // 3)
+    config = load({"a": {"allow": ["x"], "max_targets": 100}, "b": {"allow": ["x"]}})
+    assert isinstance(config, ExporterConfig)
+    assert module_max_targets(config.modules, "a") == 100
+    assert module_max_targets(config.modules, "b") == MAX_PROBE_TARGETS // 2

@@ -12,6 +12,7 @@ from stallwatch.core.probe_schedule import (
     after_read,
     forgotten,
     has_room,
+    no_room,
     read_due,
 )
 
@@ -122,3 +123,20 @@ def test_targets_not_asked_for_are_forgotten(
 def test_room_for_a_new_target(remembered: int, known: bool, max_targets: int, room: bool) -> None:
     """A full table refuses new targets and keeps serving the ones it has."""
     assert has_room(remembered, known=known, max_targets=max_targets) is room
+
+
+@pytest.mark.parametrize(
+    ("remembered", "in_module", "reason"),
+    [
+        (0, 0, ""),
+        (5, 1, ""),
+        (5, 2, "module_full"),  # the module's own cap, whatever room the table has
+        (10, 1, "too_many_targets"),
+        (10, 2, "module_full"),
+    ],
+)
+def test_a_module_that_remembers_its_maximum_refuses_new_targets(
+    remembered: int, in_module: int, reason: str
+) -> None:
+    """A module at its own cap refuses a new target before the whole table is full."""
+    assert no_room(remembered, in_module, max_targets=10, module_max=2) == reason
