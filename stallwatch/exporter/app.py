@@ -27,6 +27,7 @@ from stallwatch.common.config import ConfigError
 from stallwatch.common.config_files import load_exporter_config
 from stallwatch.common.exporter_config import ExporterConfig
 from stallwatch.exporter.collector import ExporterCollector
+from stallwatch.exporter.gate import ConnectionGate, RequestsSeen, cap_for_open_files
 from stallwatch.exporter.multitarget import ProbeCollector, ProbeService
 from stallwatch.exporter.service import ExporterService
 from stallwatch.exporter.web_config import WebConfig, protect, server_ssl_context
@@ -36,6 +37,7 @@ log = logging.getLogger("stallwatch.exporter")
 SERVICE_KEY = web.AppKey("service", ExporterService)
 REGISTRY_KEY = web.AppKey("registry", CollectorRegistry)
 CONFIG_PATH_KEY = web.AppKey("config_path", Path)
+REQUESTS_SEEN_KEY = web.AppKey("requests_seen", RequestsSeen)
 
 
 class ListenError(Exception):
@@ -134,7 +136,9 @@ async def handle_index(request: web.Request) -> web.Response:
 
 
 def build_app(service: ExporterService, config_path: Path) -> web.Application:
-    app = web.Application(client_max_size=64 * 1024)
+    seen = RequestsSeen()
+    app = web.Application(client_max_size=64 * 1024, middlewares=[seen.middleware])
+    app[REQUESTS_SEEN_KEY] = seen
     app[SERVICE_KEY] = service
     app[REGISTRY_KEY] = build_registry(service)
     app[CONFIG_PATH_KEY] = config_path
@@ -154,10 +158,14 @@ async def running_exporter(
     host: str | None = None,
     port: int | None = None,
     web_config: WebConfig | None = None,
+    max_connections: int | None = None,
 ) -> AsyncIterator[tuple[ExporterService, str]]:
     """Run the exporter in this event loop; yields the service and its base URL.
 
-    `web_config` (from --web.config.file) adds TLS and basic auth to every endpoint."""
+    `web_config` (from --web.config.file) adds TLS and basic auth to every endpoint.
+    Incoming connections beyond `max_connections` (default: half the open-files limit) are
+    refused with a 503, and one that sends no request headers in time is closed, so that
+    connections piling up on the port leave the polls their file descriptors."""
     connector = aiohttp.TCPConnector(limit=0, limit_per_host=4)
     async with aiohttp.ClientSession(
         connector=connector, headers={"User-Agent": USER_AGENT}
@@ -168,27 +176,33 @@ async def running_exporter(
         protect(app, web_config)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
-        site = web.TCPSite(
-            runner,
-            host if host is not None else config.listen_host,
-            port if port is not None else config.listen_port,
-            ssl_context=server_ssl_context(web_config),
+        assert runner.server is not None  # set up above
+        cap = max_connections if max_connections is not None else cap_for_open_files()
+        gate = ConnectionGate(
+            runner.server, app[REQUESTS_SEEN_KEY], max_connections=cap, max_per_address=cap
         )
+        listen_host = host if host is not None else config.listen_host
+        listen_port = port if port is not None else config.listen_port
         try:
-            await site.start()
+            listener = await asyncio.get_running_loop().create_server(
+                gate.protocol, listen_host, listen_port, ssl=server_ssl_context(web_config)
+            )
         except OSError as error:
             await runner.cleanup()
-            where = f"{site.name.removeprefix('http://')}"
+            where = (
+                f"[{listen_host}]:{listen_port}"
+                if ":" in listen_host
+                else (f"{listen_host}:{listen_port}")
+            )
             raise ListenError(f"cannot listen on {where}: {error.strerror or error}") from None
-        server = site._server
-        sockets = getattr(server, "sockets", None) or []
-        bound_host, bound_port = sockets[0].getsockname()[:2]
+        bound_host, bound_port = listener.sockets[0].getsockname()[:2]
         service.start()
         try:
             scheme = "https" if web_config is not None and web_config.tls else "http"
             yield service, f"{scheme}://{bound_host}:{bound_port}"
         finally:
             await service.stop()
+            listener.close()  # not wait_closed: that would wait for every client to hang up
             await runner.cleanup()
 
 

@@ -26,9 +26,9 @@ from stallwatch.common.config import ConfigError, parse_duration
 from stallwatch.common.config_files import load_restarter_config
 from stallwatch.common.restarter_config import RestarterConfig
 from stallwatch.core.alerts import PayloadError, parse_notification
+from stallwatch.exporter.gate import IDLE_KEEPALIVE_SECONDS, ConnectionGate, RequestsSeen
 from stallwatch.restarter.auth_failures import AuthFailureLog
 from stallwatch.restarter.confirm import confirm_stall
-from stallwatch.restarter.gate import IDLE_KEEPALIVE_SECONDS, ConnectionGate, RequestsSeen
 from stallwatch.restarter.journal_reader import JournalError, printable
 from stallwatch.restarter.service import JOURNAL_UNWRITABLE, Confirmer, Restarter
 

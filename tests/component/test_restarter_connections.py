@@ -12,8 +12,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from stallwatch.exporter import gate
 from stallwatch.restarter import app as restarter_app
-from stallwatch.restarter import gate
 from tests.component.restarter_support import (
     AUTH,
     alert,

@@ -108,3 +108,12 @@ def test_systemd_analyze_verify_accepts_the_model_server_unit(unit: Path, tmp_pa
     problems = [line for line in result.stderr.splitlines() if copy.name in line]
     assert result.returncode == 0, result.stderr
     assert problems == [], result.stderr
+
+
+@pytest.mark.parametrize("unit", UNITS + EXAMPLE_UNITS, ids=lambda unit: unit.name)
+def test_unit_raises_the_open_files_limit(unit: Path) -> None:
+    """LimitNOFILE is set well above systemd's default of 1 024: connections piling up on a
+    port cannot take every file descriptor the process needs for its own."""
+    limit = service_section(unit).get("LimitNOFILE")
+    assert limit is not None, "LimitNOFILE is not set"
+    assert int(limit.split(":")[0]) >= 65536, limit

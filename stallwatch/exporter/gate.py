@@ -1,24 +1,31 @@
-"""Admit connections to the restarter's port: a cap on how many, a deadline for the headers.
+"""Admit connections to a listening port (the restarter's, the exporter's): a cap on how many,
+a deadline for the headers.
 
 An unauthenticated client can open connections and send nothing, or half a request; each
 holds a file descriptor. The gate refuses connections beyond a total and a per-address cap
 (with a 503, so a real sender backs off and retries) and closes a connection whose first
 request's headers have not all arrived in time. Between requests on a kept-alive connection
-aiohttp's own keep-alive timer does the same.
+aiohttp's own keep-alive timer does the same. The exporter's own polls need descriptors too:
+its cap is half the process's open-files limit (`cap_for_open_files`), so connections piling
+up on its port cannot take the ones its polls open.
 """
 
 from __future__ import annotations
 
 import asyncio
+import resource
 import weakref
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-# Well below the usual limit of 1 024 open files, which the journal and actions share.
+# The restarter's caps. Well below the usual limit of 1 024 open files, which the journal and
+# actions share.
 MAX_CONNECTIONS = 256
 # Alertmanager needs a few connections per instance; one address cannot take all the room.
 MAX_CONNECTIONS_PER_ADDRESS = 32
+# The exporter's cap never goes below this, whatever the open-files limit says.
+MIN_CONNECTIONS = 64
 HEADER_READ_TIMEOUT_SECONDS = 10.0
 IDLE_KEEPALIVE_SECONDS = 15.0
 _BUSY = (
@@ -49,12 +56,31 @@ def _address(transport: asyncio.BaseTransport) -> str:
     return str(peer[0]) if isinstance(peer, tuple) and peer else str(peer)
 
 
+def cap_for_open_files(limit: int | None = None) -> int:
+    """Half the open-files limit (`limit`, or the process's soft RLIMIT_NOFILE), at least
+    MIN_CONNECTIONS: the other half stays for outgoing connections and files."""
+    if limit is None:
+        soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        limit = soft if soft != resource.RLIM_INFINITY else 1 << 20
+    return max(MIN_CONNECTIONS, limit // 2)
+
+
 class ConnectionGate:
     """A protocol factory for `loop.create_server` in front of aiohttp's own."""
 
-    def __init__(self, server: web.Server, seen: RequestsSeen) -> None:
+    def __init__(
+        self,
+        server: web.Server,
+        seen: RequestsSeen,
+        *,
+        max_connections: int | None = None,
+        max_per_address: int | None = None,
+    ) -> None:
+        """Without caps, the restarter's (MAX_CONNECTIONS, MAX_CONNECTIONS_PER_ADDRESS)."""
         self._server = server
         self._seen = seen
+        self.max_connections = max_connections or MAX_CONNECTIONS
+        self.max_per_address = max_per_address or MAX_CONNECTIONS_PER_ADDRESS
         self.refused = 0
 
     def protocol(self) -> asyncio.Protocol:
@@ -62,10 +88,12 @@ class ConnectionGate:
 
     def admits(self, address: str) -> bool:
         open_now = [h.transport for h in self._server.connections if h.transport is not None]
-        if len(open_now) >= MAX_CONNECTIONS:
+        if len(open_now) >= self.max_connections:
             return False
+        if self.max_per_address >= self.max_connections:
+            return True
         same = sum(1 for transport in open_now if _address(transport) == address)
-        return same < MAX_CONNECTIONS_PER_ADDRESS
+        return same < self.max_per_address
 
     def hand_over(self, transport: asyncio.Transport) -> None:
         handler = self._server()
