@@ -126,7 +126,7 @@ def sustained_generations(
 # vLLM's KV cache usage moves one block at a time (128 tokens on the CPU backend: 8 steps of the
 # session server's 16-token chunks), so a long prefill reads busy only when it fills a block in
 # every interval; how long a block takes depends on the CPU and on what else runs on it.
-PREFILL_BLOCKS_MEASURED = 4
+PREFILL_BLOCKS_MEASURED = 8
 PREFILL_INTERVAL_MARGIN = 4.0
 KV_CACHE_USAGE = "vllm:kv_cache_usage_perc"
 
