@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import shutil
 import signal
 import socket
@@ -33,12 +34,49 @@ def find_binary(*names: str) -> str:
     )
 
 
+EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+LOWEST_CHOSEN_PORT = 10_000
+_handed_out: set[int] = set()
+
+
+def ephemeral_port_range(path: Path = EPHEMERAL_RANGE_FILE) -> tuple[int, int]:
+    """The kernel's range for the local ports of outgoing connections (Linux's default
+    when it cannot be read)."""
+    try:
+        low, high = (int(field) for field in path.read_text().split())
+    except (OSError, ValueError):
+        return 32_768, 60_999
+    return low, high
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
 def free_port() -> int:
-    """A TCP port that was free on 127.0.0.1 a moment ago."""
+    """A TCP port that was free on 127.0.0.1 a moment ago, from below the ephemeral range.
+
+    A port the kernel picks (bind to 0) comes from the ephemeral range, which is also where
+    every outgoing connection takes its local port: between the pick and the server's own
+    bind, a connection may take it ("address already in use"). Below that range only
+    listeners take ports, and this process never hands out one port twice.
+    """
+    low, _ = ephemeral_port_range()
+    if low - LOWEST_CHOSEN_PORT >= 1_000:
+        for _ in range(200):
+            port = random.randrange(LOWEST_CHOSEN_PORT, low)
+            if port not in _handed_out and _bindable(port):
+                _handed_out.add(port)
+                return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+        chosen: int = sock.getsockname()[1]
+        return chosen
 
 
 def log_tail(path: Path, lines: int = 30) -> str:

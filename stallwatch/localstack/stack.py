@@ -32,6 +32,9 @@ from stallwatch.localstack.rewrite import (
     rewrite_rule_files,
 )
 
+START_ATTEMPTS = 3
+ADDRESS_IN_USE = "address already in use"
+
 
 class LocalStack:
     """Prometheus + Alertmanager, started by `start()` (or `with`), ended by `stop()`.
@@ -58,6 +61,7 @@ class LocalStack:
         self.webhook = webhook
         self.timings = timings if timings is not None else Timings()
         self.project = project if project is not None else ProjectFiles.locate()
+        self._ports_chosen_here = prometheus_port is None and alertmanager_port is None
         self.prometheus_port = prometheus_port if prometheus_port is not None else free_port()
         self.alertmanager_port = alertmanager_port if alertmanager_port is not None else free_port()
         self.processes: list[ManagedProcess] = []
@@ -87,42 +91,58 @@ class LocalStack:
         self.stop()
 
     def start(self) -> None:
-        """Write the configs, start both processes and wait until both are ready."""
-        try:
-            prometheus = find_binary("prometheus")
-            alertmanager = find_binary("alertmanager", "prometheus-alertmanager")
-            prometheus_config, alertmanager_config = self.write_configs()
-            am = self._spawn(
-                "alertmanager",
-                [
-                    alertmanager,
-                    f"--config.file={alertmanager_config}",
-                    f"--storage.path={self.workdir / 'alertmanager-data'}",
-                    f"--web.listen-address=127.0.0.1:{self.alertmanager_port}",
-                    f"--web.external-url={self.alertmanager_url}/",
-                    "--cluster.listen-address=",
-                    "--log.level=warn",
-                ],
-            )
-            prom = self._spawn(
-                "prometheus",
-                [
-                    prometheus,
-                    f"--config.file={prometheus_config}",
-                    f"--storage.tsdb.path={self.workdir / 'prometheus-data'}",
-                    f"--web.listen-address=127.0.0.1:{self.prometheus_port}",
-                    f"--web.external-url={self.prometheus_url}/",
-                    "--log.level=warn",
-                ],
-            )
-            wait_until_ready(am, f"{self.alertmanager_url}/-/ready")
-            wait_until_ready(prom, f"{self.prometheus_url}/-/ready")
-        except BaseException:
-            self.stop()
-            raise
+        """Write the configs, start both processes and wait until both are ready.
+
+        Ports this stack chose itself are chosen again if another process took one first.
+        """
+        for attempt in range(1, START_ATTEMPTS + 1):
+            try:
+                self._start_once()
+                return
+            except BaseException as error:
+                self._stop_processes()
+                lost_a_port = isinstance(error, LocalStackError) and ADDRESS_IN_USE in str(error)
+                if not (lost_a_port and self._ports_chosen_here and attempt < START_ATTEMPTS):
+                    self.stop()
+                    raise
+                self.processes = []
+                self.prometheus_port, self.alertmanager_port = free_port(), free_port()
+
+    def _start_once(self) -> None:
+        prometheus = find_binary("prometheus")
+        alertmanager = find_binary("alertmanager", "prometheus-alertmanager")
+        prometheus_config, alertmanager_config = self.write_configs()
+        am = self._spawn(
+            "alertmanager",
+            [
+                alertmanager,
+                f"--config.file={alertmanager_config}",
+                f"--storage.path={self.workdir / 'alertmanager-data'}",
+                f"--web.listen-address=127.0.0.1:{self.alertmanager_port}",
+                f"--web.external-url={self.alertmanager_url}/",
+                "--cluster.listen-address=",
+                "--log.level=warn",
+            ],
+        )
+        prom = self._spawn(
+            "prometheus",
+            [
+                prometheus,
+                f"--config.file={prometheus_config}",
+                f"--storage.tsdb.path={self.workdir / 'prometheus-data'}",
+                f"--web.listen-address=127.0.0.1:{self.prometheus_port}",
+                f"--web.external-url={self.prometheus_url}/",
+                "--log.level=warn",
+            ],
+        )
+        wait_until_ready(am, f"{self.alertmanager_url}/-/ready")
+        wait_until_ready(prom, f"{self.prometheus_url}/-/ready")
 
     def stop(self) -> None:
         """Terminate both, wait, kill whatever is left. Safe to call more than once."""
+        self._stop_processes()
+
+    def _stop_processes(self) -> None:
         for process in self.processes:
             if process.running:
                 process.signal_group(signal.SIGTERM)

@@ -19,6 +19,7 @@ from stallwatch.common.cli import EXIT_USAGE
 from stallwatch.common.exporter_config import ProbeConfig, TargetConfig
 from stallwatch.core.classify import State
 from stallwatch.exporter.check_cli import EXIT_DOWN, EXIT_OK, EXIT_STUCK, EXIT_UNKNOWN, run_check
+from stallwatch.localstack.processes import free_port
 from stallwatch.simulator.load import run_load
 from stallwatch.simulator.testing import running_simulator
 from tests.component.exporter_support import wait_until
@@ -151,15 +152,6 @@ async def test_check_command_prints_json_and_exits_with_the_verdict() -> None:
 def write_config(path: Path, sim_url: str, names: list[str], *, listen: str) -> None:
     targets = "".join(f"  - name: {name}\n    url: {sim_url}\n" for name in names)
     path.write_text(f"listen: {listen}\ninterval: 300ms\ntimeout: 300ms\ntargets:\n{targets}")
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 async def scrape_text(url: str) -> str:

@@ -6,13 +6,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import resource
-import socket
 import sys
 from pathlib import Path
 
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
+from stallwatch.localstack.processes import free_port
 from stallwatch.simulator.testing import running_simulator
 
 # The exporter process runs with this soft limit of open files; more idle connections than
@@ -25,13 +25,6 @@ FLOOD_SECONDS = 3.0
 def low_open_files() -> None:
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (OPEN_FILES, hard))
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def poll_counts(text: str) -> tuple[float, float]:

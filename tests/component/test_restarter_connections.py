@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import aiohttp
 import pytest
 
 from stallwatch.exporter import gate
+from stallwatch.localstack.processes import free_port
 from stallwatch.restarter import app as restarter_app
 from tests.component.restarter_support import (
     AUTH,
@@ -23,13 +23,6 @@ from tests.component.restarter_support import (
     target_entry,
     write_config,
 )
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 @contextlib.asynccontextmanager

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -15,6 +14,7 @@ import aiohttp
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from stallwatch.localstack.processes import free_port
 from stallwatch.simulator.testing import running_simulator
 from tests.component.restarter_support import AUTH, write_config
 
@@ -118,13 +118,6 @@ def test_config_check_refuses_a_program_that_does_not_exist(tmp_path: Path) -> N
     assert "targets[0].action.argv: program not found: /opt/nowhere/restart-vllm" in (
         completed.stderr
     )
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def write_reload_config(tmp_path: Path, port: int, names: list[str]) -> None:
