@@ -155,6 +155,17 @@ class Section:
             raise self.error(key, f"expected an integer >= {minimum}, got {value!r}")
         return value
 
+    def number(self, key: str, default: float, *, above: float, at_most: float) -> float:
+        """A plain number in (`above`, `at_most`]; `default` applies when the key is absent."""
+        if not self.has(key):
+            return default
+        value = self._data[key]
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise self.error(key, f"expected a number, got {value!r}")
+        if not above < value <= at_most:
+            raise self.error(key, f"must be above {above:g} and at most {at_most:g}, got {value}")
+        return float(value)
+
     def duration(
         self, key: str, default: float, *, minimum: float = 0.0, zero: bool = False, why: str = ""
     ) -> float:

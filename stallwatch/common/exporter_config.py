@@ -38,8 +38,30 @@ MIN_INTERVAL_SECONDS = 0.05
 MIN_PROBE_TIMEOUT_SECONDS = 0.1
 _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 _RESERVED_LABELS = frozenset({"target", "state", "reason", "url", "kind", "engine", "version"})
-_TOP_KEYS = ("listen", "interval", "timeout", "probe", "max_payload_bytes", "targets", "modules")
+_TOP_KEYS = (
+    "listen",
+    "interval",
+    "timeout",
+    "probe",
+    "degraded",
+    "max_payload_bytes",
+    "targets",
+    "modules",
+)
 _PROBE_KEYS = ("enabled", "model", "endpoint", "timeout", "min_interval")
+_DEGRADED_KEYS = (
+    "enabled",
+    "admission_window",
+    "collapse_window",
+    "collapse_factor",
+    "baseline_samples",
+    "baseline_min_samples",
+    "preemption_window",
+    "preemptions_per_second",
+    "kv_cache_full",
+    "queue_time_window",
+    "queue_time",
+)
 _MODULE_KEYS = (
     "kind",
     "metrics_path",
@@ -49,6 +71,7 @@ _MODULE_KEYS = (
     "allow",
     "forget_after",
     "max_targets",
+    "degraded",
 )
 _MODULE_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 # A target no `/probe` asked for in this long (or four intervals, if longer) is forgotten,
@@ -58,7 +81,17 @@ DEFAULT_FORGET_AFTER_SECONDS = 600.0
 # BENCHMARKS.md for the memory each takes). Each module may remember its own `max_targets`,
 # by default an equal share of these, so a flood in one module leaves the others their room.
 MAX_PROBE_TARGETS = 10_000
-_TARGET_KEYS = ("name", "url", "kind", "metrics_path", "interval", "timeout", "probe", "labels")
+_TARGET_KEYS = (
+    "name",
+    "url",
+    "kind",
+    "metrics_path",
+    "interval",
+    "timeout",
+    "probe",
+    "degraded",
+    "labels",
+)
 
 
 def metrics_in_base_url(url: str) -> str:
@@ -95,6 +128,37 @@ class ProbeConfig:
 
 
 @dataclass(frozen=True)
+class DegradedConfig:
+    """When a server that still makes progress reads degraded: for people, never a restart.
+
+    Each reason must hold on every poll of its window before it is reported (see
+    docs/states.md, "Degraded").
+    """
+
+    enabled: bool = True
+    # Requests waiting and none admitted (no prompt tokens, no completions, running not growing)
+    # for this long; longer than the longest healthy generation of a full batch.
+    admission_window_seconds: float = 600.0
+    # Output tokens per second per running request below `collapse_factor` times this server's
+    # own baseline (the median of its last `baseline_samples` healthy busy polls) for this long.
+    collapse_window_seconds: float = 600.0
+    collapse_factor: float = 0.25
+    baseline_samples: int = 120
+    # No collapse is judged before the baseline holds this many polls.
+    baseline_min_samples: int = 20
+    # More preemptions a second than this, with KV-cache usage at or above `kv_cache_full`.
+    preemption_window_seconds: float = 300.0
+    preemptions_per_second: float = 0.5
+    kv_cache_full: float = 0.95
+    # The mean queue time of the requests that left the queue between two reads above this.
+    queue_time_window_seconds: float = 300.0
+    queue_time_seconds: float = 30.0
+
+
+DEFAULT_DEGRADED = DegradedConfig()
+
+
+@dataclass(frozen=True)
 class TargetConfig:
     name: str
     url: str
@@ -103,6 +167,7 @@ class TargetConfig:
     interval_seconds: float = DEFAULT_INTERVAL_SECONDS
     timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS
     probe: ProbeConfig = ProbeConfig()
+    degraded: DegradedConfig = DegradedConfig()
     labels: MappingProxyType[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
     @property
@@ -130,6 +195,7 @@ class ModuleConfig:
     # The most targets this module remembers at once; None: an equal share of the total
     # (`module_max_targets`).
     max_targets: int | None = None
+    degraded: DegradedConfig = DegradedConfig()
 
     def target(self, name: str, url: str) -> TargetConfig:
         """The target config one `/probe` of `url` under this module reads with."""
@@ -141,6 +207,7 @@ class ModuleConfig:
             interval_seconds=self.interval_seconds,
             timeout_seconds=self.timeout_seconds,
             probe=self.probe,
+            degraded=self.degraded,
         )
 
 
@@ -172,8 +239,53 @@ def _probe(section: Section, defaults: ProbeConfig) -> ProbeConfig:
     )
 
 
+def _degraded(section: Section, defaults: DegradedConfig) -> DegradedConfig:
+    samples = section.integer("baseline_samples", defaults.baseline_samples, minimum=2)
+    if samples > 10_000:
+        raise section.error("baseline_samples", f"must be at most 10000, got {samples}")
+    least = section.integer("baseline_min_samples", min(defaults.baseline_min_samples, samples))
+    if not 1 <= least <= samples:
+        raise section.error(
+            "baseline_min_samples", f"must be from 1 to baseline_samples ({samples}), got {least}"
+        )
+    return DegradedConfig(
+        enabled=section.boolean("enabled", defaults.enabled),
+        admission_window_seconds=section.duration(
+            "admission_window", defaults.admission_window_seconds
+        ),
+        collapse_window_seconds=section.duration(
+            "collapse_window", defaults.collapse_window_seconds
+        ),
+        collapse_factor=section.number(
+            "collapse_factor", defaults.collapse_factor, above=0.0, at_most=1.0
+        ),
+        baseline_samples=samples,
+        baseline_min_samples=least,
+        preemption_window_seconds=section.duration(
+            "preemption_window", defaults.preemption_window_seconds
+        ),
+        preemptions_per_second=section.number(
+            "preemptions_per_second",
+            defaults.preemptions_per_second,
+            above=0.0,
+            at_most=1_000_000.0,
+        ),
+        kv_cache_full=section.number(
+            "kv_cache_full", defaults.kv_cache_full, above=0.0, at_most=1.0
+        ),
+        queue_time_window_seconds=section.duration(
+            "queue_time_window", defaults.queue_time_window_seconds
+        ),
+        queue_time_seconds=section.duration("queue_time", defaults.queue_time_seconds),
+    )
+
+
 def _target(
-    section: Section, interval: float, timeout: float, probe_defaults: ProbeConfig
+    section: Section,
+    interval: float,
+    timeout: float,
+    probe_defaults: ProbeConfig,
+    degraded_defaults: DegradedConfig = DEFAULT_DEGRADED,
 ) -> TargetConfig:
     name = section.string("name", required=True)
     url = section.url("url")
@@ -198,6 +310,7 @@ def _target(
         interval_seconds=section.duration("interval", interval, minimum=MIN_INTERVAL_SECONDS),
         timeout_seconds=section.duration("timeout", timeout, minimum=MIN_INTERVAL_SECONDS),
         probe=_probe(section.section("probe", _PROBE_KEYS), probe_defaults),
+        degraded=_degraded(section.section("degraded", _DEGRADED_KEYS), degraded_defaults),
         labels=MappingProxyType(labels),
     )
     if target.timeout_seconds > target.interval_seconds:
@@ -206,7 +319,12 @@ def _target(
 
 
 def _module(
-    name: str, section: Section, interval: float, timeout: float, probe_defaults: ProbeConfig
+    name: str,
+    section: Section,
+    interval: float,
+    timeout: float,
+    probe_defaults: ProbeConfig,
+    degraded_defaults: DegradedConfig = DEFAULT_DEGRADED,
 ) -> ModuleConfig:
     if not _MODULE_NAME.match(name):
         raise ConfigError(
@@ -254,6 +372,7 @@ def _module(
         max_targets=section.integer("max_targets", 0, minimum=1)
         if section.has("max_targets")
         else None,
+        degraded=_degraded(section.section("degraded", _DEGRADED_KEYS), degraded_defaults),
     )
 
 
@@ -301,9 +420,10 @@ def exporter_config_from_mapping(data: object, source: str) -> ExporterConfig:
         minimum=MIN_INTERVAL_SECONDS,
     )
     probe_defaults = _probe(top.section("probe", _PROBE_KEYS), ProbeConfig())
+    degraded_defaults = _degraded(top.section("degraded", _DEGRADED_KEYS), DegradedConfig())
     max_payload = top.integer("max_payload_bytes", DEFAULT_MAX_PAYLOAD_BYTES, minimum=1024)
     targets = tuple(
-        _target(section, interval, timeout, probe_defaults)
+        _target(section, interval, timeout, probe_defaults, degraded_defaults)
         for section in top.sections("targets", _TARGET_KEYS)
     )
     modules_section = top.raw("modules", {})
@@ -316,6 +436,7 @@ def exporter_config_from_mapping(data: object, source: str) -> ExporterConfig:
             interval,
             timeout,
             probe_defaults,
+            degraded_defaults,
         )
         for name, value in modules_section.items()
     }

@@ -6,7 +6,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
+from stallwatch.common.exporter_config import DEFAULT_DEGRADED, DegradedConfig
 from stallwatch.core.classify import State, Verdict
+from stallwatch.core.degraded import NOT_DEGRADED, Degradation, judge
 from stallwatch.core.reading import Reading
 
 _NO_ERRORS: Mapping[str, int] = MappingProxyType({})
@@ -60,12 +62,16 @@ class TargetHistory:
     recovered_stalls: int = 0
     longest_recovered_stall_seconds: float = 0.0
     last_recovered_stall_seconds: float | None = None
+    # Slow, not stuck: for people only, never a restart state.
+    degradation: Degradation = NOT_DEGRADED
 
     @property
     def state(self) -> State | None:
         return self.verdict.state if self.verdict is not None else None
 
-    def advance(self, outcome: PollOutcome) -> TargetHistory:
+    def advance(
+        self, outcome: PollOutcome, degraded: DegradedConfig = DEFAULT_DEGRADED
+    ) -> TargetHistory:
         verdict = outcome.verdict
         same_state = self.verdict is not None and self.verdict.state == verdict.state
         errors = dict(self.poll_errors)
@@ -103,6 +109,14 @@ class TargetHistory:
             ),
             last_recovered_stall_seconds=(
                 self.stall_seconds if recovered else self.last_recovered_stall_seconds
+            ),
+            degradation=judge(
+                self.degradation,
+                self.baseline,
+                outcome.reading,
+                verdict,
+                degraded,
+                now=outcome.started_at,
             ),
         )
 

@@ -64,6 +64,8 @@ class EngineSample:
     idle_loop: float | None = None
     forwards_started: float | None = None
     forwards_failed: float | None = None
+    queue_time_sum: float | None = None
+    queue_time_count: float | None = None
     kind: str = "vllm"
 
     @property
@@ -381,6 +383,8 @@ def _engine_sample(kind: str, key: tuple[str, str], found: Mapping[str, float]) 
         idle_loop=get("idle_loop"),
         forwards_started=get("forwards_started"),
         forwards_failed=get("forwards_failed"),
+        queue_time_sum=get("queue_time_sum"),
+        queue_time_count=get("queue_time_count"),
         kind=kind,
     )
 

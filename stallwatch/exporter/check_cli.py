@@ -107,7 +107,7 @@ async def run_check(
             outcome = await poll_once(
                 session, target, history.baseline, max_payload_bytes=max_payload_bytes
             )
-            history = history.advance(outcome)
+            history = history.advance(outcome, target.degraded)
             if not _needs_another_poll(history):
                 break
     return CheckResult(exit_code_for(history), history, target.url)

@@ -10,7 +10,8 @@ from prometheus_client.registry import Collector
 from stallwatch import __version__
 from stallwatch.common.exporter_config import ExporterConfig, TargetConfig
 from stallwatch.core.classify import State
-from stallwatch.core.engines import AUTO, PROXY
+from stallwatch.core.engines import AUTO, PROFILES, PROXY
+from stallwatch.core.engines.profile import DEGRADED_REASONS
 from stallwatch.core.history import TargetHistory
 from stallwatch.exporter.service import ReloadStatus
 
@@ -139,6 +140,36 @@ class ExporterCollector(Collector):
             "stallwatch_target_last_recovered_stall_seconds",
             "How long the latest stall that ended by itself had lasted.",
         )
+        degraded = out.gauge(
+            "stallwatch_target_degraded",
+            "1 while the target is degraded for the reason (slow, not stuck: for people, never "
+            "a restart), 0 otherwise; only the reasons its engine's metrics support.",
+            ("reason",),
+        )
+        rate_per_request = out.gauge(
+            "stallwatch_generation_tokens_per_second_per_request",
+            "Output tokens per second per running request between the last two busy reads "
+            "(engines without a live token counter: decode steps per second).",
+        )
+        rate_baseline = out.gauge(
+            "stallwatch_generation_tokens_per_second_per_request_baseline",
+            "This server's learned rate per running request: the median of its latest healthy "
+            "busy reads; absent until enough were seen, forgotten on a restart.",
+        )
+        preemptions = out.gauge(
+            "stallwatch_preemptions_per_second",
+            "Requests preempted per second between the last two busy reads.",
+        )
+        kv_usage = out.gauge(
+            "stallwatch_kv_cache_usage_ratio",
+            "The engine's KV-cache usage (0 to 1) at the last busy read, the highest of its "
+            "engines.",
+        )
+        queue_time = out.gauge(
+            "stallwatch_request_queue_time_mean_seconds",
+            "The mean queue time of the requests that left the queue between the last two "
+            "busy reads.",
+        )
         polls = out.counter("stallwatch_polls", "Polls of the target.")
         poll_errors = out.counter(
             "stallwatch_poll_errors",
@@ -178,6 +209,18 @@ class ExporterCollector(Collector):
                 [target.name, *values], history.longest_recovered_stall_seconds
             )
             _maybe(last_recovered, target.name, values, history.last_recovered_stall_seconds)
+            judged = PROFILES.get(engine)
+            degradation = history.degradation
+            for reason in DEGRADED_REASONS:
+                if judged is not None and judged.judges(reason):
+                    is_degraded = reason in degradation.reasons
+                    degraded.add_metric([target.name, reason, *values], is_degraded)
+            measures = degradation.measures
+            _maybe(rate_per_request, target.name, values, measures.rate_per_request)
+            _maybe(rate_baseline, target.name, values, measures.baseline_rate_per_request)
+            _maybe(preemptions, target.name, values, measures.preemptions_per_second)
+            _maybe(kv_usage, target.name, values, measures.kv_cache_usage)
+            _maybe(queue_time, target.name, values, measures.queue_time_seconds)
             for reason in POLL_ERROR_REASONS:
                 count = history.poll_errors.get(reason, 0)
                 poll_errors.add_metric([target.name, reason, *values], count)

@@ -211,7 +211,7 @@ class ProbeService:
             log.exception("probe of %s failed", entry.target.url)
         else:
             previous = entry.history.state
-            entry.history = entry.history.advance(outcome)
+            entry.history = entry.history.advance(outcome, entry.target.degraded)
             entry.rendered.clear()
             self.reads += 1
             if previous != entry.history.state:

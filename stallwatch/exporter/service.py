@@ -77,7 +77,7 @@ class ExporterService:
             except Exception:  # a bug in one poll must not end the target's schedule
                 log.exception("poll of %s failed", target.name)
             else:
-                updated = history.advance(outcome)
+                updated = history.advance(outcome, target.degraded)
                 self.histories[target.name] = updated
                 for listener in list(self._listeners):
                     listener(target.name, updated, outcome)

@@ -46,8 +46,22 @@ INVALID: dict[str, str] = {
     "timeout-over-interval": "targets[0].timeout: must not be longer than the interval",
     "top-level-list": "expected a mapping at the top level, got list",
     "unknown-key": (
-        "targets[0].intervl: unknown key (known keys: interval, kind, labels, metrics_path, "
-        "name, probe, timeout, url)"
+        "targets[0].intervl: unknown key (known keys: degraded, interval, kind, labels, "
+        "metrics_path, name, probe, timeout, url)"
+    ),
+    "degraded-factor": (
+        "targets[0].degraded.collapse_factor: must be above 0 and at most 1, got 1.5"
+    ),
+    "degraded-min-samples": (
+        "degraded.baseline_min_samples: must be from 1 to baseline_samples (10), got 20"
+    ),
+    "degraded-window": (
+        "targets[0].degraded.admission_window: expected a duration like 15s, 10m or 1h, got 10"
+    ),
+    "degraded-unknown": (
+        "degraded.restart: unknown key (known keys: admission_window, baseline_min_samples, "
+        "baseline_samples, collapse_factor, collapse_window, enabled, kv_cache_full, "
+        "preemption_window, preemptions_per_second, queue_time, queue_time_window)"
     ),
     "url-ipv6": "targets[0].url: not a valid URL (Invalid IPv6 URL): 'http://[::1'",
     "url-port": (
@@ -98,6 +112,27 @@ def test_full_valid_file_reads_every_field() -> None:
     assert gpu_b.metrics_url == "https://gpu-b.example:8443/custom/metrics"
     assert gateway.kind == "proxy"
     assert gateway.interval_seconds == 7 * 86400
+
+
+def test_degraded_thresholds_are_read_with_top_level_defaults() -> None:
+    """`degraded:` at the top sets every target's and module's defaults; a target overrides."""
+    config = load_exporter_config(TESTDATA / "valid-exporter-degraded.yml")
+    a, b = config.targets
+    assert (a.degraded.collapse_factor, a.degraded.admission_window_seconds) == (0.3, 900.0)
+    assert a.degraded.enabled is True
+    assert b.degraded.enabled is False
+    assert b.degraded.collapse_factor == 0.3
+    assert (b.degraded.queue_time_seconds, b.degraded.preemptions_per_second) == (60.0, 2.0)
+    assert (b.degraded.kv_cache_full, b.degraded.baseline_samples) == (0.9, 40)
+    assert b.degraded.baseline_min_samples == 10
+    assert (b.degraded.collapse_window_seconds, b.degraded.preemption_window_seconds) == (
+        300.0,
+        120.0,
+    )
+    assert b.degraded.queue_time_window_seconds == 600.0
+    module = config.modules["fleet"]
+    assert module.degraded.collapse_factor == 0.2
+    assert module.target("x", "http://127.0.0.1:1").degraded == module.degraded
 
 
 def test_example_config_is_valid() -> None:

@@ -9,8 +9,12 @@ for equality only); numbers are printed with 6 significant digits.
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 from stallwatch.core.engines.profile import (
     OPENAI_TEST_PATHS,
+    PREEMPTION_STORM,
+    QUEUE_TIME,
     Endpoint,
     EngineProfile,
     Series,
@@ -58,4 +62,13 @@ PROFILE = EngineProfile(
         "one llama_decode call (one n_batch chunk of a prompt) longer than the interval"
     ),
     restart_signal="the Process-Start-Time-Unix header changed; else a counter went down",
+    # A deferred request takes a slot and its prompt is processed: prompt tokens move.
+    admission_evidence=("prompt_tokens",),
+    throughput_role="generation_tokens",
+    degraded_unjudged=MappingProxyType(
+        {
+            PREEMPTION_STORM: "llama-server neither preempts nor publishes KV usage",
+            QUEUE_TIME: "llama-server publishes no queue time",
+        }
+    ),
 )

@@ -7,8 +7,12 @@ token arrives and `generation_tokens_total` per output, so no counter moves duri
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 from stallwatch.core.engines.profile import (
     OPENAI_TEST_PATHS,
+    PREEMPTION_STORM,
+    QUEUE_TIME,
     Endpoint,
     EngineProfile,
     Series,
@@ -52,4 +56,14 @@ PROFILE = EngineProfile(
     unsafe_endpoints=(),
     flat_while_legit="a whole prefill (no counter moves until the first token)",
     restart_signal="process_start_time_seconds changed; else a counter went down",
+    # Prompt tokens move with a request's first token; the gauges' 10 s lag is far below the
+    # degradation windows.
+    admission_evidence=("prompt_tokens", "requests_completed"),
+    throughput_role="generation_tokens",
+    degraded_unjudged=MappingProxyType(
+        {
+            PREEMPTION_STORM: "LMDeploy publishes KV usage but no preemption counter",
+            QUEUE_TIME: "LMDeploy publishes no queue-time histogram",
+        }
+    ),
 )

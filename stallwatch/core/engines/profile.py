@@ -29,6 +29,8 @@ ROLES: frozenset[str] = frozenset(
         "requests_completed",
         "preemptions",
         "idle_loop",  # a counter that moves only while the engine loop turns without work
+        "queue_time_sum",  # a queue-time histogram's _sum and _count (seconds, requests)
+        "queue_time_count",
     }
 )
 COUNTER_ROLES: tuple[str, ...] = (
@@ -121,6 +123,19 @@ def faulted_engines(check: FaultStatus, document: object) -> tuple[str, ...]:
     return tuple(faulted)
 
 
+# The degradation reasons (stallwatch.core.degraded), in the order they are published.
+ADMISSION_STALLED = "admission_stalled"
+THROUGHPUT_COLLAPSE = "throughput_collapse"
+PREEMPTION_STORM = "preemption_storm"
+QUEUE_TIME = "queue_time"
+DEGRADED_REASONS: tuple[str, ...] = (
+    ADMISSION_STALLED,
+    THROUGHPUT_COLLAPSE,
+    PREEMPTION_STORM,
+    QUEUE_TIME,
+)
+
+
 @dataclass(frozen=True)
 class EngineProfile:
     kind: str
@@ -164,6 +179,15 @@ class EngineProfile:
     owned_by: frozenset[str] = frozenset()
     # Family names by role, for reasons and for the counters the decision compares.
     role_names: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    # Degraded: the roles whose movement shows a waiting request was admitted (running growing
+    # always does); empty: admission stalls are not judged on this engine.
+    admission_evidence: tuple[str, ...] = ()
+    # The counter the rate per running request is taken from: `generation_tokens` (divided by
+    # the requests running) or `steps` (one decode step is one token for each running request);
+    # empty: throughput collapse is not judged.
+    throughput_role: str = ""
+    # Why each degradation reason the engine's metrics cannot support is not judged.
+    degraded_unjudged: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
     def __post_init__(self) -> None:
         if self.signature is None:
@@ -175,6 +199,19 @@ class EngineProfile:
             for rule in rules:
                 names.setdefault(rule.role, name)
         object.__setattr__(self, "role_names", MappingProxyType(names))
+
+    def judges(self, reason: str) -> bool:
+        """Whether this engine's metrics support degradation `reason`."""
+        names = self.role_names
+        if reason == ADMISSION_STALLED:
+            return bool(self.admission_evidence) and "waiting" in names
+        if reason == THROUGHPUT_COLLAPSE:
+            return self.throughput_role in names and "running" in names
+        if reason == PREEMPTION_STORM:
+            return "preemptions" in names and "kv_cache_usage" in names
+        if reason == QUEUE_TIME:
+            return "queue_time_sum" in names and "queue_time_count" in names
+        raise ValueError(f"unknown degradation reason {reason!r}")
 
     @property
     def identified_by(self) -> frozenset[str]:

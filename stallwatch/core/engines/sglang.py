@@ -9,13 +9,32 @@ multiprocess only (no `process_start_time_seconds`; a fresh directory per start)
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 from stallwatch.core.engines.profile import (
+    ADMISSION_STALLED,
     OPENAI_TEST_PATHS,
+    PREEMPTION_STORM,
+    QUEUE_TIME,
     Endpoint,
     EngineProfile,
     InflightSeries,
     Series,
     series,
+)
+
+_DEGRADED_UNJUDGED = MappingProxyType(
+    {
+        ADMISSION_STALLED: (
+            "SGLang counts prompt tokens and requests only when a request ends, and its work "
+            "gauges lag by up to 40 steps: a queue behind long generations looks the same"
+        ),
+        PREEMPTION_STORM: (
+            "retractions are read, but KV usage (`sglang:token_usage`) is not: a retraction "
+            "rate alone is not judged"
+        ),
+        QUEUE_TIME: "its queue-time histogram is not read",
+    }
 )
 
 # Endpoints whose in-flight requests are not generation work.
@@ -84,4 +103,6 @@ PROFILE = EngineProfile(
     ),
     flat_while_legit="a single forward longer than the interval; /pause_generation",
     restart_signal="a counter went down or vanished (no start time: fresh multiprocess directory)",
+    throughput_role="steps",
+    degraded_unjudged=_DEGRADED_UNJUDGED,
 )

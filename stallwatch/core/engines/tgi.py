@@ -10,8 +10,13 @@ flight (count minus success minus failure) is the work the gauges do not show.
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 from stallwatch.core.engines.profile import (
+    ADMISSION_STALLED,
     OPENAI_TEST_PATHS,
+    PREEMPTION_STORM,
+    QUEUE_TIME,
     Endpoint,
     EngineProfile,
     Series,
@@ -56,4 +61,15 @@ PROFILE = EngineProfile(
     ),
     flat_while_legit="one huge prefill the model cannot chunk (a single gRPC call)",
     restart_signal="a counter went down or vanished (no start time)",
+    throughput_role="steps",
+    degraded_unjudged=MappingProxyType(
+        {
+            ADMISSION_STALLED: (
+                "TGI's token and request counters are request histograms, not shown to move "
+                "when a queued request is admitted"
+            ),
+            PREEMPTION_STORM: "TGI publishes no preemption counter",
+            QUEUE_TIME: "its queue-duration histogram is not read",
+        }
+    ),
 )

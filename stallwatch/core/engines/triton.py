@@ -9,7 +9,17 @@ the executor's iteration stats, among them `nv_trt_llm_general_metrics{general_t
 
 from __future__ import annotations
 
-from stallwatch.core.engines.profile import Endpoint, EngineProfile, Series, series
+from types import MappingProxyType
+
+from stallwatch.core.engines.profile import (
+    ADMISSION_STALLED,
+    PREEMPTION_STORM,
+    QUEUE_TIME,
+    Endpoint,
+    EngineProfile,
+    Series,
+    series,
+)
 
 PROFILE = EngineProfile(
     kind="triton",
@@ -42,4 +52,15 @@ PROFILE = EngineProfile(
         "one iteration longer than the interval; whether stats come while idle is unverified"
     ),
     restart_signal="a counter went down (the iteration counter starts again)",
+    throughput_role="steps",
+    degraded_unjudged=MappingProxyType(
+        {
+            ADMISSION_STALLED: (
+                "no prompt-token counter is read, and completions alone cannot tell a queue "
+                "behind long generations from one that is never admitted"
+            ),
+            PREEMPTION_STORM: "no preemption counter or KV usage is read",
+            QUEUE_TIME: "no queue-time histogram is read",
+        }
+    ),
 )

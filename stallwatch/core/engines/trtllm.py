@@ -10,12 +10,23 @@ new requests completes, so no test request is ever sent on them.
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 from stallwatch.core.engines.profile import (
+    ADMISSION_STALLED,
     OPENAI_TEST_PATHS,
+    PREEMPTION_STORM,
+    QUEUE_TIME,
+    THROUGHPUT_COLLAPSE,
     Endpoint,
     EngineProfile,
     Series,
     series,
+)
+
+_AT_COMPLETION = (
+    "trtllm-serve's counters and gauges move only when a request completes: a rate between "
+    "two reads says nothing about the requests still running"
 )
 
 PROFILE = EngineProfile(
@@ -58,4 +69,12 @@ PROFILE = EngineProfile(
     ),
     flat_while_legit="every request until it completes",
     restart_signal="a counter went down or vanished (multiprocess: no start time)",
+    degraded_unjudged=MappingProxyType(
+        {
+            ADMISSION_STALLED: _AT_COMPLETION,
+            THROUGHPUT_COLLAPSE: _AT_COMPLETION,
+            PREEMPTION_STORM: "trtllm-serve publishes no preemption counter",
+            QUEUE_TIME: "trtllm-serve's queue time is not read",
+        }
+    ),
 )

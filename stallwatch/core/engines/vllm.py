@@ -27,8 +27,13 @@ PROFILE = EngineProfile(
             "vllm:prompt_tokens_total": Series("prompt_tokens"),
             "vllm:request_success_total": Series("requests_completed", summed=True),
             "vllm:num_preemptions_total": Series("preemptions"),
+            "vllm:request_queue_time_seconds_sum": Series("queue_time_sum"),
+            "vllm:request_queue_time_seconds_count": Series("queue_time_count"),
         }
     ),
+    # vLLM V1 counts a request's prompt tokens on the step that ends its prefill.
+    admission_evidence=("prompt_tokens", "requests_completed"),
+    throughput_role="generation_tokens",
     engine_labels=("engine",),
     stall_evidence=("steps", "generation_tokens"),
     test_paths=OPENAI_TEST_PATHS,
