@@ -20,8 +20,10 @@ from stallwatch.core.alerts import Alert
 from stallwatch.core.confirmation import Confirmation
 from stallwatch.core.fleet import Controls, cooldown_seconds, longest_cooldown, mass_stall
 from stallwatch.core.holds import NO_HOLDS, Hold
+from stallwatch.core.rules import DEGRADATION_ALERTS
 
 SkipReason = Literal[
+    "degradation_alert",
     "not_restart_alert",
     "no_target_label",
     "unknown_target",
@@ -174,6 +176,13 @@ def _in_flight(past: PastRestart, config: RestarterConfig, now: float) -> bool:
 
 def decide(alert: Alert, config: RestarterConfig, history: History, now: float) -> Decision:
     """The cheap checks for one firing alert: a skip, or a restart pending confirmation."""
+    if alert.alertname in DEGRADATION_ALERTS:
+        return _skip(
+            "degradation_alert",
+            f"alert {alert.alertname!r} says the server is slow, not stuck: it still serves its "
+            "requests and a restart would fail them all; it is for people, and routing it to "
+            "the restarter is a mistake (see alertmanager/alertmanager.yml)",
+        )
     if alert.alertname not in config.restart_alerts:
         return _skip("not_restart_alert", f"alert {alert.alertname!r} is not a restart alert")
     if alert.target is None:

@@ -19,6 +19,11 @@ HUNG_ALERT = "LLMServerHung"
 RESTART_ALERT_STATES: Mapping[str, State] = MappingProxyType(
     {STUCK_ALERT: State.STALLED, UNRESPONSIVE_ALERT: State.UNRESPONSIVE, HUNG_ALERT: State.HUNG}
 )
+# Slow, not stuck (stallwatch.core.degraded): alerts for people only, never a restart. The
+# restarter refuses them even where its config lists them.
+DEGRADED_ALERT = "LLMServerDegraded"
+ADMISSION_STALLED_ALERT = "LLMServerAdmissionStalled"
+DEGRADATION_ALERTS: frozenset[str] = frozenset({DEGRADED_ALERT, ADMISSION_STALLED_ALERT})
 # "Two consecutive polls": never on one poll alone.
 POLLS_TO_FIRE = 2
 # What each restart rule adds to its condition: no alert for a target whose hold runs.

@@ -302,7 +302,7 @@ async def test_healthy_and_metrics_names(tmp_path: Path) -> None:
     assert 'stallwatch_restarter_webhook_requests_total{code="200"} 2.0' in text
     assert 'stallwatch_restarter_budget_exhausted{target="gpu1"} 0.0' in text
     assert set(RESULTS) == {"success", "failure", "timeout"}
-    assert len(SKIP_REASONS) == 20
+    assert len(SKIP_REASONS) == 21
 
 
 async def test_journal_endpoint_validates_limit(tmp_path: Path) -> None:
@@ -316,3 +316,30 @@ async def test_journal_endpoint_validates_limit(tmp_path: Path) -> None:
                 assert (await client.get(f"/journal?limit={bad}", headers=AUTH)).status == 400
             rows = (await (await client.get("/journal?limit=2", headers=AUTH)).json())["entries"]
             assert [row["fingerprint"] for row in rows] == ["c", "b"]
+
+
+async def test_a_degradation_alert_routed_here_by_mistake_is_refused_and_counted(
+    tmp_path: Path,
+) -> None:
+    """LLMServerDegraded for a known target: skipped as degradation_alert with why, counted,
+    journaled, the server never read and nothing run."""
+    marker = tmp_path / "marker"
+    async with fake_vllm("stalled") as fake:
+        config = write_config(tmp_path, [command_target("gpu1", fake.url, marker)])
+        async with running_restarter(config) as (client, _restarter):
+            answer = await post_alerts(
+                client, payload(alert(alertname="LLMServerDegraded", fingerprint="g"))
+            )
+            (decision,) = answer["decisions"]
+            assert (decision["decision"], decision["reason"]) == ("skip", "degradation_alert")
+            assert fake.reads == 0
+            metrics = await (await client.get("/metrics")).text()
+            assert (
+                'stallwatch_restarter_skips_total{reason="degradation_alert",target="gpu1"} 1.0'
+                in metrics
+            )
+            rows = (await (await client.get("/journal?limit=5", headers=AUTH)).json())["entries"]
+            (row,) = rows
+            assert (row["decision"], row["reason"]) == ("skip", "degradation_alert")
+            assert "slow, not stuck" in row["detail"]
+    assert not marker.exists()

@@ -314,6 +314,8 @@ def test_the_harness_changes_only_the_for_durations_of_the_rules() -> None:
         "LLMServersMassStall": None,
         "StallwatchRestarterBreakerOpen": None,
         "StallwatchRestarterPaused": "8h",
+        "LLMServerAdmissionStalled": "1m",
+        "LLMServerDegraded": "5m",
     }
 
 

@@ -83,6 +83,8 @@ def blocked(name: str, ago: float) -> PastRestart:
 
 CHEAP_CASES: list[tuple[str, Alert, History, str]] = [
     ("not a restart alert", alert("LLMServerDown"), History(), "not_restart_alert"),
+    ("slow, not stuck", alert("LLMServerDegraded"), History(), "degradation_alert"),
+    ("queue not admitted", alert("LLMServerAdmissionStalled"), History(), "degradation_alert"),
     ("no target label", alert(target_name=None), History(), "no_target_label"),
     ("target not in config", alert(target_name="gpu9"), History(), "unknown_target"),
     (
@@ -445,3 +447,13 @@ def test_absent_counters_are_no_evidence_of_a_stall(
         parse_reading(first, taken_at=NOW), parse_reading(second, taken_at=NOW + 5)
     )
     assert (judged.confirmed, judged.refusal) == (confirmed, refusal), (case, judged.detail)
+
+
+def test_a_degradation_alert_is_refused_even_where_the_config_lists_it() -> None:
+    """A config that names LLMServerDegraded among its restart alerts still restarts nothing
+    for it: slow is never a restart, and the skip says why."""
+    config = replace(CONFIG, restart_alerts=(*CONFIG.restart_alerts, "LLMServerDegraded"))
+    decision = decide(alert("LLMServerDegraded"), config, History(), NOW)
+    assert (decision.action, decision.reason) == ("skip", "degradation_alert")
+    assert "slow, not stuck" in decision.detail
+    assert decide(alert("LLMServerStuck"), config, History(), NOW).reason == CHECKS_PASSED

@@ -76,6 +76,8 @@ def test_config_is_valid() -> None:
         ("LLMServerHung", "critical", "stallwatch-restarter,default"),
         ("LLMServerDown", "critical", "default"),
         ("LLMServerRestartLoop", "warning", "default"),
+        ("LLMServerDegraded", "warning", "default"),
+        ("LLMServerAdmissionStalled", "warning", "default"),
         ("StallwatchExporterDown", "critical", "default"),
         ("StallwatchRestartBudgetExhausted", "warning", "default"),
         ("StallwatchRestarterDown", "critical", "default"),
@@ -147,3 +149,25 @@ def test_a_broken_route_is_caught(tmp_path: Path, alertname: str) -> None:
     assert result.returncode != 0, explain(result)
     assert result.stdout.splitlines()[0] == "default", explain(result)
     assert "did not match" in result.stdout, explain(result)
+
+
+@pytest.mark.parametrize("alertname", ["LLMServerDegraded", "LLMServerAdmissionStalled"])
+def test_degradation_alerts_reach_people_even_if_the_restarter_route_is_widened(
+    tmp_path: Path, alertname: str
+) -> None:
+    """The degradation alerts stop at their own route to people, ahead of the restarter's:
+    a restarter route widened to every LLMServer alert still never receives them."""
+    document = yaml.safe_load(CONFIG.read_text())
+    restarter_route(document)["matchers"] = ['alertname=~"LLMServer.*"']
+    widened = tmp_path / "alertmanager.yml"
+    widened.write_text(yaml.safe_dump(document, sort_keys=False))
+    assert run(amtool(), "check-config", str(widened)).returncode == 0
+    stuck = routes_test(
+        widened, "stallwatch-restarter,default", "alertname=LLMServerStuck", "target=gpu-a"
+    )
+    assert stuck.returncode == 0, explain(stuck)
+
+    result = routes_test(widened, "default", f"alertname={alertname}", "target=gpu-a")
+
+    assert result.returncode == 0, explain(result)
+    assert result.stdout.strip() == "default", explain(result)

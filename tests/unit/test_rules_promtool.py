@@ -30,6 +30,8 @@ CONTRACT_ALERTS = {
     "StallwatchRestarterBreakerOpen",
     "StallwatchRestarterPaused",
     "LLMServerRecoveredNearRestart",
+    "LLMServerDegraded",
+    "LLMServerAdmissionStalled",
 }
 
 
@@ -72,6 +74,7 @@ def test_rule_file_is_valid(rule_file: Path) -> None:
 def test_rule_test_files_exist() -> None:
     """The rule tests cover the restart alerts, the alerts for people and the recording rules."""
     assert [path.name for path in RULE_TESTS] == [
+        "degraded_alerts_test.yml",
         "fleet_alerts_test.yml",
         "human_alerts_test.yml",
         "mass_stall_alerts_test.yml",
