@@ -149,7 +149,7 @@ class DegradedConfig:
     # More preemptions a second than this, with KV-cache usage at or above `kv_cache_full`.
     preemption_window_seconds: float = 300.0
     preemptions_per_second: float = 0.5
-    kv_cache_full: float = 0.95
+    kv_cache_full: float = 0.9
     # The mean queue time of the requests that left the queue between two reads above this.
     queue_time_window_seconds: float = 300.0
     queue_time_seconds: float = 30.0

@@ -104,6 +104,9 @@ class Engine:
     ) -> None:
         self.config = config
         self.tokens_per_second = config.tokens_per_second
+        # The `degrade` fault: a scheduler that admits nothing, or a KV cache far too small.
+        self.admitting = True
+        self.kv_cache_tokens = config.kv_cache_tokens
         self._rng = random.Random(seed)
         self.waiting: deque[SimRequest] = deque()
         self.running: list[SimRequest] = []
@@ -172,7 +175,7 @@ class Engine:
         finished: list[SimRequest] = []
 
         # Admit waiting requests into free slots (FCFS), as the V1 scheduler does.
-        while self.waiting and len(self.running) < self.config.max_num_seqs:
+        while self.admitting and self.waiting and len(self.running) < self.config.max_num_seqs:
             request = self.waiting.popleft()
             if request.scheduled_at is None:
                 request.scheduled_at = now
@@ -265,7 +268,7 @@ class Engine:
         return step_end_estimate - now, events
 
     def _preempt_if_kv_full(self) -> None:
-        while self.running and self._kv_blocks_used() * BLOCK_SIZE > self.config.kv_cache_tokens:
+        while self.running and self._kv_blocks_used() * BLOCK_SIZE > self.kv_cache_tokens:
             victim = self.running.pop()
             victim.computed_prompt = 0
             victim.num_preemptions += 1
@@ -279,7 +282,7 @@ class Engine:
         gauges = self.stats.gauges
         gauges["vllm:num_requests_running"] = float(len(self.running))
         gauges["vllm:num_requests_waiting"] = float(len(self.waiting))
-        total_blocks = max(1, self.config.kv_cache_tokens // BLOCK_SIZE)
+        total_blocks = max(1, self.kv_cache_tokens // BLOCK_SIZE)
         gauges["vllm:kv_cache_usage_perc"] = self._kv_blocks_used() / total_blocks
 
     def _record_finished(self, request: SimRequest, now: float) -> None:

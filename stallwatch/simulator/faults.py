@@ -4,12 +4,14 @@
 `hang_before_update` also leaves the running and waiting gauges at zero; `freeze` stops the whole
 process as SIGSTOP does (the engines stop, and every endpoint but `/sim/*` accepts and never
 answers); `api_hang` blocks only the API (an API server whose event loop is blocked: the engines
-go on, no endpoint but `/sim/*` answers); `slow` lowers the engines' speed; `recover` undoes
-those five; `engine_fault` is an engine core whose busy loop raised: with fault tolerance on it
-aborts every request and waits (`/fault_tolerance/status` says `unhealthy`, the gauges keep their
-last values) until `recover`, without it it is a `crash`; `crash` fails every request and closes
-the socket; `restart` fails every request and
-starts every counter over, optionally with the port closed for `downtime_seconds`.
+go on, no endpoint but `/sim/*` answers); `slow` lowers the engines' speed; `degrade` keeps the
+engines working, badly (`mode`: `throughput` cuts their speed by `factor`, `admission` admits no
+waiting request, `preemption` shrinks the KV cache to `factor` of its size, so that requests are
+preempted over and over); `recover` undoes those six; `engine_fault` is an engine core whose busy
+loop raised: with fault tolerance on it aborts every request and waits (`/fault_tolerance/status`
+says `unhealthy`, the gauges keep their last values) until `recover`, without it it is a `crash`;
+`crash` fails every request and closes the socket; `restart` fails every request and starts every
+counter over, optionally with the port closed for `downtime_seconds`.
 """
 
 from __future__ import annotations
@@ -32,8 +34,10 @@ FAULTS = (
     "crash",
     "restart",
     "slow",
+    "degrade",
     "recover",
 )
+DEGRADE_MODES = ("throughput", "admission", "preemption")
 ABORTED_MESSAGE = "request aborted: the engine faulted and waits for recovery"
 RESTART_MESSAGE = "cannot schedule new futures after shutdown"
 
@@ -45,6 +49,8 @@ class Fault:
     name: str
     tokens_per_second: float = 0.0  # `slow`
     downtime_seconds: float = 0.0  # `restart`
+    mode: str = ""  # `degrade`
+    factor: float = 1.0  # `degrade`: throughput and preemption
 
 
 def parse_fault(name: str, options: Mapping[str, Any]) -> Fault:
@@ -54,6 +60,14 @@ def parse_fault(name: str, options: Mapping[str, Any]) -> Fault:
         if not isinstance(speed, int | float) or isinstance(speed, bool) or speed <= 0:
             raise ValueError("fault 'slow' needs a positive number 'tokens_per_second'")
         return Fault(name, tokens_per_second=float(speed))
+    if name == "degrade":
+        mode = options.get("mode", "throughput")
+        if mode not in DEGRADE_MODES:
+            raise ValueError(f"fault 'degrade' needs a 'mode' of {', '.join(DEGRADE_MODES)}")
+        factor = options.get("factor", 0.1)
+        if not isinstance(factor, int | float) or isinstance(factor, bool) or not 0 < factor <= 1:
+            raise ValueError("fault 'degrade' needs a 'factor' above 0 and at most 1")
+        return Fault(name, mode=mode, factor=float(factor))
     if name == "restart":
         downtime = options.get("downtime_seconds", 0)
         if not isinstance(downtime, int | float) or isinstance(downtime, bool) or downtime < 0:
@@ -87,6 +101,17 @@ def inject(server: SimServer, fault: Fault) -> str:
     elif fault.name == "slow":
         for engine in server.engines:
             engine.tokens_per_second = fault.tokens_per_second
+    elif fault.name == "degrade":
+        for engine in server.engines:
+            if fault.mode == "throughput":
+                engine.tokens_per_second = server.config.tokens_per_second * fault.factor
+            elif fault.mode == "admission":
+                engine.admitting = False
+            else:
+                engine.kv_cache_tokens = max(1, int(server.config.kv_cache_tokens * fault.factor))
+        described = f"degrade:{fault.mode}"
+        server.fault = described
+        return described
     elif fault.name == "engine_fault" and server.config.fault_tolerance:
         server.hung = True  # the busy loop waits for a `retry`; its last stats stay published
         server.engine_status = "unhealthy"
@@ -97,6 +122,8 @@ def inject(server: SimServer, fault: Fault) -> str:
         server.thaw()
         for engine in server.engines:
             engine.tokens_per_second = server.config.tokens_per_second
+            engine.admitting = True
+            engine.kv_cache_tokens = server.config.kv_cache_tokens
             engine.next_step_at = now
         server.fault = None
         return "recovered"

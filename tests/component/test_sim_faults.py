@@ -177,3 +177,30 @@ async def test_bad_fault_options_are_rejected() -> None:
             assert response.status == 400
             assert "tokens_per_second" in (await response.json())["error"]["message"]
         assert sim.stats()["fault"] is None
+
+
+async def test_degrade_checks_its_options_and_recover_undoes_every_mode() -> None:
+    """A degrade with an unknown mode or a factor outside (0, 1] is a 400 naming it; each mode
+    changes its engine knob, and recover puts speed, admission and KV cache back."""
+    async with running_simulator() as sim, aiohttp.ClientSession(timeout=TIMEOUT) as s:
+        for body, word in (
+            ({"fault": "degrade", "mode": "sideways"}, "mode"),
+            ({"fault": "degrade", "factor": 0}, "factor"),
+            ({"fault": "degrade", "factor": 2}, "factor"),
+        ):
+            async with s.post(sim.url + "/sim/fault", json=body) as response:
+                assert response.status == 400
+                assert word in (await response.json())["error"]["message"]
+        engine = sim.engine
+        await inject(s, sim, fault="degrade", mode="throughput", factor=0.5)
+        assert engine.tokens_per_second == sim.server.config.tokens_per_second * 0.5
+        await inject(s, sim, fault="degrade", mode="admission")
+        assert engine.admitting is False
+        await inject(s, sim, fault="degrade", mode="preemption", factor=0.25)
+        assert engine.kv_cache_tokens == sim.server.config.kv_cache_tokens // 4
+        assert sim.stats()["fault"] == "degrade:preemption"
+        await inject(s, sim, fault="recover")
+        assert engine.tokens_per_second == sim.server.config.tokens_per_second
+        assert engine.admitting is True
+        assert engine.kv_cache_tokens == sim.server.config.kv_cache_tokens
+        assert sim.stats()["fault"] is None

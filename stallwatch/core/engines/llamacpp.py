@@ -64,7 +64,9 @@ PROFILE = EngineProfile(
     restart_signal="the Process-Start-Time-Unix header changed; else a counter went down",
     # A deferred request takes a slot and its prompt is processed: prompt tokens move.
     admission_evidence=("prompt_tokens",),
-    throughput_role="generation_tokens",
+    # `tokens_predicted_total` moves when a request ends; one generation step is one
+    # llama_decode for every busy slot.
+    throughput_role="steps",
     degraded_unjudged=MappingProxyType(
         {
             PREEMPTION_STORM: "llama-server neither preempts nor publishes KV usage",
