@@ -32,7 +32,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from stallwatch.common.exporter_config import ExporterConfig
+from stallwatch.common.exporter_config import DegradedConfig, ExporterConfig
 from stallwatch.common.restarter_config import restarter_config_from_mapping
 from stallwatch.exporter.app import running_exporter
 from stallwatch.restarter.app import build_app
@@ -51,6 +51,7 @@ INTERVAL_VARIABLES = {"$__rate_interval": "1m", "$__interval": "1m", "$__range":
 TIMEOUT = 30.0
 BUSY_SCRAPES = 3
 STATE_CODES = {"busy": 5, "stalled": 6}
+LEARN_FAST = DegradedConfig(baseline_min_samples=4)
 
 
 @dataclass(frozen=True)
@@ -198,7 +199,8 @@ async def run_scenario(stack: AlertingStack, workdir: Path) -> Scenario:
             # Work first, then the exporter: its first read already sees a busy server.
             await wait_for_running_requests(session, sim.url)
             config = ExporterConfig(
-                targets=(exporter_target(name, sim.url),),
+                # The degraded panel's baseline is learned within the busy phase.
+                targets=(exporter_target(name, sim.url, degraded=LEARN_FAST),),
                 listen_host="127.0.0.1",
                 listen_port=stack.exporter_port,
             )
@@ -372,3 +374,18 @@ def test_the_skips_panel_shows_the_restarters_reason(scenario: Scenario) -> None
         if series["metric"].get("target") == scenario.target
     }
     assert reasons == {"not_restart_alert"}
+
+
+def test_the_degraded_panels_show_rate_baseline_and_no_reason(scenario: Scenario) -> None:
+    """Busy, then hung: the rate per request and its learned baseline are drawn, every reason
+    vLLM supports is listed, and none reads degraded (a hang is stalled, not slow)."""
+    (rate,) = answers_for(scenario, "stallwatch_generation_tokens_per_second_per_request{")
+    (baseline,) = answers_for(
+        scenario, "stallwatch_generation_tokens_per_second_per_request_baseline"
+    )
+    (reasons,) = answers_for(scenario, "stallwatch_target_degraded")
+    assert max(values(rate)) > 0
+    assert min(values(baseline)) > 0
+    listed = {series["metric"]["reason"] for series in reasons.result}
+    assert listed == {"admission_stalled", "throughput_collapse", "preemption_storm", "queue_time"}
+    assert set(values(reasons)) == {0.0}

@@ -38,6 +38,12 @@ EXPORTER_METRICS = frozenset(
         "stallwatch_requests_waiting",
         "stallwatch_engine_steps_per_second",
         "stallwatch_generation_tokens_per_second",
+        "stallwatch_target_degraded",
+        "stallwatch_generation_tokens_per_second_per_request",
+        "stallwatch_generation_tokens_per_second_per_request_baseline",
+        "stallwatch_preemptions_per_second",
+        "stallwatch_kv_cache_usage_ratio",
+        "stallwatch_request_queue_time_mean_seconds",
         "stallwatch_last_progress_timestamp_seconds",
         "stallwatch_restarts_detected_total",
         "stallwatch_probe_requests_total",
@@ -248,6 +254,9 @@ def test_every_metric_is_in_the_contract_the_rules_or_prometheus() -> None:
         "stallwatch_restarter_skips_total",
         "stallwatch_poll_errors_total",
         "stallwatch_poll_duration_seconds",
+        "stallwatch_target_degraded",
+        "stallwatch_generation_tokens_per_second_per_request",
+        "stallwatch_generation_tokens_per_second_per_request_baseline",
         "ALERTS",
     ):
         assert required in shown, required
