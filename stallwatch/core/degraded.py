@@ -4,15 +4,17 @@ A judgement beside the state, never a restart state: a degraded server serves it
 only far too slowly or not its queue, and a restart would fail every one of them. It is judged
 from two reads of the server's own counters, per engine profile (`EngineProfile.judges`), and
 only on a read whose state is `busy`: a frozen server is `stalled`, the restart alerts' case.
-Each reason must hold on every busy read of its window; any other read ends it. No I/O and no
-clock: `now` is passed in, readings carry the time they were taken.
+Each reason must hold on every busy read of its window. One `stalled` read between two busy ones
+(a server so slow that a poll saw no step) changes nothing, and the next busy read is measured
+from the last busy one; two in a row, or any other state, end every reason. No I/O and no clock:
+`now` is passed in, readings carry the time they were taken.
 """
 
 from __future__ import annotations
 
 import statistics
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 from stallwatch.common.exporter_config import DegradedConfig
@@ -59,6 +61,10 @@ class Degradation:
     measures: Measures = Measures()
     reasons: tuple[str, ...] = ()
     details: Mapping[str, str] = field(default_factory=lambda: _NO_TEXT)
+    # The last busy read, which the next busy read is measured from, and the stalled reads
+    # since it (at most one is let through).
+    last_busy: Reading | None = None
+    stalled_reads: int = 0
 
     @property
     def degraded(self) -> bool:
@@ -136,6 +142,10 @@ def judge(
     """The degradation once the read `current` (judged `verdict`) follows `previous`."""
     if verdict.restart_detected:
         return NOT_DEGRADED  # a new process: nothing learned of the old one carries over
+    if verdict.state == State.STALLED and state.last_busy is not None and not state.stalled_reads:
+        return replace(state, stalled_reads=1)
+    if state.stalled_reads and state.last_busy is not None:
+        previous = state.last_busy
     if (
         not config.enabled
         or previous is None
@@ -237,6 +247,7 @@ def judge(
         ),
         reasons=reasons,
         details=MappingProxyType({r: details.get(r) or state.details.get(r, "") for r in reasons}),
+        last_busy=current,
     )
 
 

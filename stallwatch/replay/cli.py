@@ -73,6 +73,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="no legitimate silences (compiles, weight syncs, autotune): the replays as they "
         "were before they modelled them",
     )
+    parser.add_argument(
+        "--no-degraded",
+        action="store_true",
+        help="no degraded periods (slow, not stuck) on the one server: the day as it was "
+        "before they were modelled",
+    )
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.set_defaults(handler=_run)
 
@@ -125,6 +131,8 @@ def _run(args: argparse.Namespace) -> int:
         ReplayConfig(seed=args.seed, hours=hours, load=load),
         legitimate_silences=not args.no_silences,
     )
+    if args.no_degraded:
+        config = replace(config, degraded_per_day=0.0)
     if args.restart_after is not None:
         config = replace(config, restart_after=args.restart_after)
     result = run_replay(config)

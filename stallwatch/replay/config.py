@@ -57,6 +57,12 @@ class ReplayConfig:
     # restarted); True models a server that answers /metrics meanwhile with frozen counters.
     start_autotune_seconds: tuple[float, float] = (206.0, 363.0)
     start_autotune_port_open: bool = False
+    # Degraded periods (slow, not stuck): this many a day, inside batch phases, cycling through
+    # a throughput cut, admission stopped (with the same cut) and a KV cache far too small.
+    degraded_per_day: float = 3.0
+    degraded_seconds: tuple[float, float] = (1800.0, 3600.0)
+    degraded_factor: float = 0.2
+    degraded_kv_fraction: float = 0.008
     # The old way.
     chat_check_interval: float = 300.0
     chat_check_timeout: float = 45.0

@@ -5,11 +5,19 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Literal
 
 from stallwatch.replay.clock import Scheduler
 from stallwatch.replay.config import ReplayConfig
+from stallwatch.replay.degraded import (
+    DegradedAlert,
+    DegradedPeriod,
+    false_alerts,
+    overlap_seconds,
+    plan_degraded,
+)
 from stallwatch.replay.old_way import ErrorWatchdog, RequestWatchdog
 from stallwatch.replay.server import SimulatedServer
 from stallwatch.replay.silences import SilenceOutcome, SilencePlan, plan_silences
@@ -63,6 +71,13 @@ class WayResult:
     # Test requests sent while the engine was in a silence (an idle weight sync: the gauges
     # read 0, so an idle poll's test request goes out and waits for the sync to end).
     test_requests_in_silence: int = 0
+    # Degraded periods (slow, not stuck): the degradation alerts people got (stallwatch only;
+    # the old way has none), how much of the periods they covered, those outside every period,
+    # and the restarts of a server that was degraded and not hung (what degradation caused).
+    degraded_alerts: tuple[DegradedAlert, ...] = ()
+    degraded_minutes_noticed: float = 0.0
+    false_degraded_alerts: int = 0
+    restarts_in_degraded: int = 0
 
     @property
     def minutes_down(self) -> float:
@@ -89,14 +104,30 @@ class ReplayResult:
     batch_phases: tuple[tuple[float, float, int], ...]
     two_poll: WayResult | None = None
     silence_plan: SilencePlan | None = None
+    degraded_periods: tuple[DegradedPeriod, ...] = ()
+
+    @property
+    def degraded_minutes(self) -> float:
+        return sum(period.seconds for period in self.degraded_periods) / 60.0
+
+
+def _degrade(server: SimulatedServer, period: DegradedPeriod) -> Callable[[float], None]:
+    return lambda _now: server.degrade(period)
 
 
 def _run_way(
-    config: ReplayConfig, plan: TrafficPlan, silence_plan: SilencePlan, way: str
+    config: ReplayConfig,
+    plan: TrafficPlan,
+    silence_plan: SilencePlan,
+    way: str,
+    degraded: tuple[DegradedPeriod, ...] = (),
 ) -> WayResult:
     scheduler = Scheduler()
     server = SimulatedServer(config, scheduler, silence_plan)
     Traffic(plan, server, scheduler, silence_plan).start()
+    for period in degraded:
+        scheduler.at(period.start, _degrade(server, period))
+        scheduler.at(period.end, server.end_degraded)
     rng = random.Random(f"stallwatch-replay-phases-{config.seed}")
     stallwatch: Stallwatch | None = None
     if way == "old":
@@ -172,6 +203,14 @@ def _run_way(
         ),
         restart_after=config.restart_after if way == "new" else None,
         test_requests_in_silence=server.test_requests_in_silence,
+        degraded_alerts=() if stallwatch is None else tuple(stallwatch.degraded_alerts),
+        degraded_minutes_noticed=0.0
+        if stallwatch is None
+        else overlap_seconds(degraded, stallwatch.degraded_alerts, end) / 60.0,
+        false_degraded_alerts=0
+        if stallwatch is None
+        else false_alerts(degraded, stallwatch.degraded_alerts),
+        restarts_in_degraded=len(server.restarts_in_degraded),
     )
 
 
@@ -183,18 +222,20 @@ def run_replay(config: ReplayConfig) -> ReplayResult:
         raise ValueError("hours must be > 0, load >= 0 and tokens_per_step >= 1")
     plan = plan_traffic(config)
     silence_plan = plan_silences(config)
-    new = _run_way(config, plan, silence_plan, "new")
+    degraded = plan_degraded(config, plan.batch_phases, plan.hang_times)
+    new = _run_way(config, plan, silence_plan, "new", degraded)
     two_poll = (
         new
         if config.restart_after <= 0
-        else _run_way(replace(config, restart_after=0.0), plan, silence_plan, "new")
+        else _run_way(replace(config, restart_after=0.0), plan, silence_plan, "new", degraded)
     )
     return ReplayResult(
         config=config,
-        old=_run_way(config, plan, silence_plan, "old"),
+        old=_run_way(config, plan, silence_plan, "old", degraded),
         new=new,
         hang_times=plan.hang_times,
         batch_phases=plan.batch_phases,
         two_poll=two_poll,
         silence_plan=silence_plan,
+        degraded_periods=degraded,
     )

@@ -43,6 +43,19 @@ def _way_document(way: WayResult) -> dict[str, Any]:
         "exporter_recovered_stalls": way.exporter_recovered_stalls,
         "longest_recovered_stall_seconds": round(way.longest_recovered_stall_seconds, 1),
         "silences": [_silence_document(silence) for silence in way.silences],
+        "degraded_minutes_noticed": round(way.degraded_minutes_noticed, 1),
+        "false_degraded_alerts": way.false_degraded_alerts,
+        "restarts_in_degraded": way.restarts_in_degraded,
+        "degraded_alerts": [
+            {
+                "alertname": alert.alertname,
+                "fired_at_seconds": round(alert.fired_at, 1),
+                "resolved_at_seconds": None
+                if alert.resolved_at is None
+                else round(alert.resolved_at, 1),
+            }
+            for alert in way.degraded_alerts
+        ],
     }
 
 
@@ -69,6 +82,14 @@ def result_document(result: ReplayResult) -> dict[str, Any]:
         "batch_phases": [
             {"start_seconds": round(s, 1), "end_seconds": round(e, 1), "concurrency": c}
             for s, e, c in result.batch_phases
+        ],
+        "degraded_periods": [
+            {
+                "start_seconds": round(period.start, 1),
+                "end_seconds": round(period.end, 1),
+                "mode": period.mode,
+            }
+            for period in result.degraded_periods
         ],
         "old": _way_document(result.old),
         "new": _way_document(result.new),
@@ -124,6 +145,14 @@ def _planned(plan: SilencePlan | None, result: ReplayResult) -> str:
     )
 
 
+def _planned_degraded(result: ReplayResult) -> str:
+    periods = result.degraded_periods
+    if not periods:
+        return "degraded periods: none planned"
+    listed = ", ".join(f"{_clock(p.start)} {p.mode} {p.seconds / 60:.0f} min" for p in periods)
+    return f"degraded periods planned (slow, not stuck): {listed}"
+
+
 def format_result(result: ReplayResult, elapsed: float | None = None) -> str:
     """The old way, stallwatch and stallwatch with the two-poll rule side by side, and the
     model's assumptions, as text."""
@@ -153,6 +182,15 @@ def format_result(result: ReplayResult, elapsed: float | None = None) -> str:
         row("time to catch each hang", _catch_times),
         row("legitimate silences (cut short by a restart)", _silences),
         row("near misses: recovered in the window (exporter)", _near_misses),
+        row(
+            f"degraded minutes noticed (of {result.degraded_minutes:.0f})",
+            lambda w: "-" if w.restart_after is None else f"{w.degraded_minutes_noticed:.0f}",
+        ),
+        row(
+            "false degraded alerts",
+            lambda w: "-" if w.restart_after is None else w.false_degraded_alerts,
+        ),
+        row("restarts of a degraded server (caused)", lambda w: w.restarts_in_degraded),
     ]
     heads = (
         "",
@@ -169,6 +207,7 @@ def format_result(result: ReplayResult, elapsed: float | None = None) -> str:
         f"hangs at {', '.join(_clock(t) for t in result.hang_times) or 'none'}; "
         f"batch phases: {len(result.batch_phases)}",
         _planned(result.silence_plan, result),
+        _planned_degraded(result),
         "",
     ]
     lines += [
@@ -234,6 +273,25 @@ def assumptions(config: ReplayConfig) -> list[str]:
         f"{config.confirm_gap:g} s apart",
         "requests failed / completed count the batch job's and users' requests, not test requests",
         *silence_assumptions(config),
+        *degraded_assumptions(config),
+    ]
+
+
+def degraded_assumptions(config: ReplayConfig) -> list[str]:
+    """What the degraded periods are, and how they are counted."""
+    if config.degraded_per_day <= 0:
+        return ["no degraded periods (degraded_per_day 0)"]
+    return [
+        f"degraded periods (issue: slow, not stuck): {config.degraded_per_day:g} a day inside "
+        f"batch phases, {config.degraded_seconds[0] / 60:g}-"
+        f"{config.degraded_seconds[1] / 60:g} min, away from the hangs, in turn a throughput "
+        f"cut to {config.degraded_factor:g} of the speed, admission only into an empty batch "
+        f"(at the same speed) and a KV cache of {config.degraded_kv_fraction:g} of its size; "
+        "a slow band outlives a restart",
+        "degradation alerts as shipped (exporter defaults; LLMServerAdmissionStalled for 1m, "
+        "LLMServerDegraded for 5m), to people only: noticed = minutes of the periods during "
+        "which one fired; false = one that fired outside every period; caused = restarts of a "
+        "server degraded and neither hung nor in a silence",
     ]
 
 

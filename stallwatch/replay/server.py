@@ -12,6 +12,7 @@ from stallwatch.core.holds import HoldEvent
 from stallwatch.core.reading import EngineSample, Reading
 from stallwatch.replay.clock import Scheduler
 from stallwatch.replay.config import ReplayConfig
+from stallwatch.replay.degraded import DegradedPeriod
 from stallwatch.replay.silences import (
     NO_SILENCES,
     SilenceCause,
@@ -59,6 +60,7 @@ def engine_reading(engine: Engine, process_start_time: float, taken_at: float) -
     stats = engine.stats
     gauges = stats.gauges
     completed = stats.labelled_counters.get("vllm:request_success", {})
+    queue = stats.histograms["vllm:request_queue_time_seconds"]
     sample = EngineSample(
         model_name=MODEL_NAME,
         engine="0",
@@ -71,6 +73,8 @@ def engine_reading(engine: Engine, process_start_time: float, taken_at: float) -
         prompt_tokens=stats.counters.get("vllm:prompt_tokens", 0.0),
         requests_completed=sum(completed.values()),
         preemptions=stats.counters.get("vllm:num_preemptions", 0.0),
+        queue_time_sum=float(queue.total),
+        queue_time_count=float(queue.count),
     )
     return Reading(taken_at=taken_at, engines=(sample,), process_start_time=process_start_time)
 
@@ -111,6 +115,10 @@ class SimulatedServer:
         self.test_requests_to_busy = 0
         self.test_requests_in_silence = 0
         self.error_times: list[float] = []
+        # The degraded period in force (a slow band outlives a restart: its cause is not the
+        # process), and every restart made during one, by whom.
+        self.degraded: DegradedPeriod | None = None
+        self.restarts_in_degraded: list[str] = []
         self._boot(0.0)
 
     def _engine_config(self) -> EngineConfig:
@@ -126,6 +134,34 @@ class SimulatedServer:
 
     def _boot(self, now: float) -> None:
         self.engine = Engine(self._engine_config(), self._families, now)
+        self._apply_degraded()
+
+    # Degraded periods: the engine goes on, badly.
+
+    def degrade(self, period: DegradedPeriod) -> None:
+        self.degraded = period
+        self._apply_degraded()
+
+    def end_degraded(self, now: float) -> None:
+        self.degraded = None
+        self._apply_degraded()
+
+    def _apply_degraded(self) -> None:
+        engine = self.engine
+        if engine is None:
+            return
+        base = self._engine_config()
+        mode = None if self.degraded is None else self.degraded.mode
+        slow = mode in ("throughput", "admission")
+        engine.tokens_per_second = base.tokens_per_second * (
+            self.config.degraded_factor if slow else 1.0
+        )
+        engine.admitting = mode != "admission"
+        engine.kv_cache_tokens = (
+            max(1, int(base.kv_cache_tokens * self.config.degraded_kv_fraction))
+            if mode == "preemption"
+            else base.kv_cache_tokens
+        )
 
     def _chunks(self, tokens: int) -> int:
         return max(1, math.ceil(tokens / self.config.tokens_per_step))
@@ -298,6 +334,8 @@ class SimulatedServer:
         if silence is not None:
             self.silences.append(silence.outcome(now))
         self.restarts.append((now, by, was_hung, silence is not None and not was_hung))
+        if self.degraded is not None and not was_hung and silence is None:
+            self.restarts_in_degraded.append(by)
         if not self.is_up(now):  # restarted while still loading: that load is lost
             self.loading_seconds -= self.up_at - now
         failed = list(self._pending.items())

@@ -41,10 +41,21 @@ from stallwatch.core.policy import (
 from stallwatch.core.probe import probe_deferred, probe_due, settle_probe
 from stallwatch.core.reading import Reading
 from stallwatch.core.restart_window import RestartWindow, with_window
-from stallwatch.core.rules import restart_alerts
+from stallwatch.core.rules import ADMISSION_STALLED_ALERT, DEGRADED_ALERT, restart_alerts
 from stallwatch.replay.clock import Scheduler
 from stallwatch.replay.config import ReplayConfig
+from stallwatch.replay.degraded import DegradedAlert
 from stallwatch.replay.server import TARGET_NAME, SimulatedServer
+
+# The degradation alerts of prometheus/alerts.yml, for people only: the reasons each watches
+# and its `for:` (a unit test holds them to the rule file).
+DEGRADATION_RULES: dict[str, tuple[frozenset[str], float]] = {
+    ADMISSION_STALLED_ALERT: (frozenset({"admission_stalled"}), 60.0),
+    DEGRADED_ALERT: (
+        frozenset({"throughput_collapse", "preemption_storm", "queue_time"}),
+        300.0,
+    ),
+}
 
 # Day zero of the replay, only used to write alert startsAt timestamps.
 EPOCH = 1_767_225_600.0  # 2026-01-01T00:00:00Z
@@ -113,6 +124,11 @@ class Stallwatch:
         self.near_misses: list[float] = []  # how long each window ran before its recovery
         self._release_checking = False
         self._polling = False
+        # Degradation alerts, for people: what Prometheus last scraped, each rule's pending
+        # start, and every firing episode as [alertname, fired at, resolved at or None].
+        self.scraped_degraded: tuple[str, ...] = ()
+        self.degraded_pending: dict[str, float] = {}
+        self.degraded_alerts: list[DegradedAlert] = []
         scheduler.at(rng.uniform(0, self.config.exporter_interval), self._poll)
         scheduler.at(rng.uniform(0, self.config.scrape_interval), self._scrape)
         scheduler.at(rng.uniform(0, self.config.evaluation_interval), self._evaluate)
@@ -196,9 +212,11 @@ class Stallwatch:
         hold = current_holds(self.server.hold_events, now).get(TARGET_NAME)
         expiry = None if hold is None else hold.until
         self.scraped = (self.history.state, self.history.state_polls, expiry)
+        self.scraped_degraded = self.history.degradation.reasons
 
     def _evaluate(self, now: float) -> None:
         self.scheduler.at(now + self.config.evaluation_interval, self._evaluate)
+        self._evaluate_degraded(now)
         state, polls, expiry = self.scraped
         held = self.config.rules_hold_clause and expiry is not None and expiry > now
         for alertname, is_firing in restart_alerts(state, polls, held=held).items():
@@ -214,6 +232,27 @@ class Stallwatch:
                 del self.episodes[alertname]  # resolved: journaled, never acted on
                 if episode.alert is not None:
                     self._resolved(episode.alert, now)
+
+    def _evaluate_degraded(self, now: float) -> None:
+        """The degradation rules with their `for:`; they go to people, never to the restarter."""
+        for alertname, (reasons, hold_for) in DEGRADATION_RULES.items():
+            active = any(reason in reasons for reason in self.scraped_degraded)
+            firing = next(
+                (
+                    alert
+                    for alert in self.degraded_alerts
+                    if alert.alertname == alertname and alert.resolved_at is None
+                ),
+                None,
+            )
+            if not active:
+                self.degraded_pending.pop(alertname, None)
+                if firing is not None:
+                    firing.resolved_at = now
+                continue
+            since = self.degraded_pending.setdefault(alertname, now)
+            if firing is None and now - since >= hold_for:
+                self.degraded_alerts.append(DegradedAlert(alertname, now))
 
     # Alertmanager: one group per alert name and target.
 

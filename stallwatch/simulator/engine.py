@@ -175,7 +175,13 @@ class Engine:
         finished: list[SimRequest] = []
 
         # Admit waiting requests into free slots (FCFS), as the V1 scheduler does.
-        while self.admitting and self.waiting and len(self.running) < self.config.max_num_seqs:
+        # `admitting` False (the `degrade` fault): a waiting request is admitted only into an
+        # empty batch, as behind slow non-preemptible loads; the engine is slow, never frozen.
+        while (
+            self.waiting
+            and len(self.running) < self.config.max_num_seqs
+            and (self.admitting or not self.running)
+        ):
             request = self.waiting.popleft()
             if request.scheduled_at is None:
                 request.scheduled_at = now

@@ -3,15 +3,16 @@
 `hang` stops the engine core (no steps, no aborts; /health still 200, /metrics frozen);
 `hang_before_update` also leaves the running and waiting gauges at zero; `freeze` stops the whole
 process as SIGSTOP does (the engines stop, and every endpoint but `/sim/*` accepts and never
-answers); `api_hang` blocks only the API (an API server whose event loop is blocked: the engines
-go on, no endpoint but `/sim/*` answers); `slow` lowers the engines' speed; `degrade` keeps the
-engines working, badly (`mode`: `throughput` cuts their speed by `factor`, `admission` admits no
-waiting request, `preemption` shrinks the KV cache to `factor` of its size, so that requests are
-preempted over and over); `recover` undoes those six; `engine_fault` is an engine core whose busy
-loop raised: with fault tolerance on it aborts every request and waits (`/fault_tolerance/status`
-says `unhealthy`, the gauges keep their last values) until `recover`, without it it is a `crash`;
-`crash` fails every request and closes the socket; `restart` fails every request and starts every
-counter over, optionally with the port closed for `downtime_seconds`.
+answers); `api_hang` blocks only the API (an API server whose event loop is blocked: the engines go
+on, no endpoint but `/sim/*` answers); `slow` lowers the engines' speed; `degrade` keeps the
+engines working, badly (`mode`: `throughput` cuts their speed by `factor`, `admission` admits a
+waiting request only into an empty batch, `preemption` shrinks the KV cache to `factor` of its
+size, so that requests are preempted over and over); `recover` undoes those six; `engine_fault` is
+an engine core whose busy loop raised: with fault tolerance on it aborts every request and waits
+(`/fault_tolerance/status` says `unhealthy`, the gauges keep their last values) until `recover`,
+without it it is a `crash`; `crash` fails every request and closes the socket; `restart` fails
+every request and starts every counter over, optionally with the port closed for
+`downtime_seconds`.
 """
 
 from __future__ import annotations

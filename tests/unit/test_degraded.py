@@ -364,3 +364,30 @@ def test_the_exporter_publishes_the_reasons_and_the_measures_behind_them() -> No
     ] == pytest.approx(20.0)
     assert samples[("stallwatch_preemptions_per_second", None)] == 0
     assert samples[("stallwatch_kv_cache_usage_ratio", None)] == pytest.approx(0.5)
+
+
+def test_one_stalled_read_between_busy_ones_neither_ends_nor_hides_a_collapse() -> None:
+    """A server so slow that every other poll sees no step still reads collapse, measured from
+    the last busy read; two stalled reads in a row end it (the stuck case)."""
+    polls = int(CONFIG.collapse_window_seconds / GAP)
+
+    def frozen(server: Server) -> Server:
+        return server
+
+    def slow_step(server: Server) -> Server:
+        # One step's worth of two polls at a tenth of the speed, then nothing: alternating.
+        return replace(
+            server,
+            steps=server.steps + 2 * 20 * 0.1 * GAP,
+            generation_tokens=server.generation_tokens + 2 * 20 * 0.1 * GAP * server.running,
+        )
+
+    alternating: list[tuple[int, Callable[[Server], Server]]] = []
+    for _ in range(polls // 2 + 1):
+        alternating += [(1, frozen), (1, slow_step)]
+    seen = run("vllm", [WARMUP, *alternating])
+    assert seen[-1].reasons == (THROUGHPUT_COLLAPSE,)
+    assert seen[-1].measures.rate_per_request == pytest.approx(2.0)
+    assert seen[-2].reasons == seen[-3].reasons == (THROUGHPUT_COLLAPSE,)
+    ended = run("vllm", [WARMUP, *alternating, (2, frozen)])
+    assert not ended[-1].degraded

@@ -51,6 +51,7 @@ def test_new_way_never_restarts_a_healthy_server(
     """stallwatch restarts only hung servers and never sends a test request to a busy one."""
     new = results[seed].new
     assert new.false_restarts == 0
+    assert new.restarts_in_degraded == 0
     assert new.test_requests_to_busy_server == 0
     assert new.test_requests > 0  # it does probe, but only idle servers
 
@@ -85,7 +86,8 @@ def test_silences_that_end_by_themselves_are_not_restarted_at_the_defaults(
     assert new.false_restarts == new.restarts_in_silence == 0
     assert all(silence.restarted_after is None for silence in new.silences)
     assert two_poll.restarts_in_silence > 0
-    assert two_poll.false_restarts == two_poll.restarts_in_silence
+    # The two-poll rule also restarts a server so slow that two polls saw no step (degraded).
+    assert two_poll.false_restarts == two_poll.restarts_in_silence + two_poll.restarts_in_degraded
     assert new.recovered_in_window > 0
     assert new.restarter_skips["recovered_in_window"] == new.recovered_in_window
     assert new.exporter_recovered_stalls >= new.recovered_in_window
@@ -220,9 +222,18 @@ def test_cli_prints_the_table_and_json(capsys: pytest.CaptureFixture[str]) -> No
 def test_cli_without_silences_and_window_gives_the_earlier_day(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """`--no-silences --restart-after 0` replays seed 1 as it was before silences and the
-    window: 44 false restarts the old way, none by stallwatch, hangs caught in 60, 63, 60 s."""
-    assert main(["replay", "--seed", "1", "--no-silences", "--restart-after", "0", "--json"]) == 0
+    """`--no-silences --no-degraded --restart-after 0` replays seed 1 as it was before silences,
+    degraded periods and the window: 44 false restarts the old way, none by stallwatch, hangs
+    caught in 60, 63, 60 s."""
+    assert (
+        main(
+            [
+                *("replay", "--seed", "1", "--no-silences", "--no-degraded"),
+                *("--restart-after", "0", "--json"),
+            ]
+        )
+        == 0
+    )
     document = json.loads(capsys.readouterr().out)
     assert document["old"]["false_restarts"] == 44
     assert document["new"]["false_restarts"] == 0
@@ -277,7 +288,9 @@ def test_seed_11_day_is_pinned() -> None:
     after 76 s, 70 s and 60 s instead of 46 s, 70 s and 60 s: the first one waited up to a
     minute for the next test request instead of a poll.
     """
-    result = run_replay(ReplayConfig(seed=11, legitimate_silences=False, restart_after=0.0))
+    result = run_replay(
+        ReplayConfig(seed=11, legitimate_silences=False, restart_after=0.0, degraded_per_day=0.0)
+    )
     assert result.new.test_requests == 488
     assert result.new.test_requests_to_busy_server == 0
     assert result.old.test_requests == 793
@@ -293,7 +306,13 @@ def test_min_interval_zero_gives_back_a_test_request_on_every_idle_poll() -> Non
     """With probe.min_interval 0 the seed 11 day (no silences, two-poll rule) sends the 1 072
     test requests it used to."""
     result = run_replay(
-        ReplayConfig(seed=11, probe_min_interval=0.0, legitimate_silences=False, restart_after=0.0)
+        ReplayConfig(
+            seed=11,
+            probe_min_interval=0.0,
+            legitimate_silences=False,
+            restart_after=0.0,
+            degraded_per_day=0.0,
+        )
     )
     assert result.new.test_requests == 1072
     assert result.new.test_requests_to_busy_server == 0
@@ -302,3 +321,23 @@ def test_min_interval_zero_gives_back_a_test_request_on_every_idle_poll() -> Non
         ("running_at_0", 70),
         ("running_at_0", 60),
     ]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_degraded_periods_are_told_to_people_and_never_restarted(
+    results: dict[int, ReplayResult], seed: int
+) -> None:
+    """Each day's degraded periods: stallwatch's degradation alerts cover part of them and it
+    restarts nothing for them, while the old watchdogs restart the slow server."""
+    result = results[seed]
+    assert result.degraded_periods
+    assert {period.mode for period in result.degraded_periods} <= {
+        "throughput",
+        "admission",
+        "preemption",
+    }
+    assert result.new.restarts_in_degraded == 0
+    assert 0 < result.new.degraded_minutes_noticed <= result.degraded_minutes
+    assert result.old.degraded_minutes_noticed == 0
+    assert not result.old.degraded_alerts
+    assert sum(results[s].old.restarts_in_degraded for s in SEEDS) > 0
