@@ -356,8 +356,13 @@ def test_the_harness_changes_only_timers_url_and_token_file_of_the_routing() -> 
     assert without_all(rewritten, ignored) == without_all(original, ignored)
     assert rewritten["route"]["group_wait"] == "0s"
     assert rewritten["route"]["group_interval"] == "1s"
-    assert rewritten["route"]["routes"][0]["group_wait"] == "0s"
-    assert rewritten["route"]["routes"][0]["group_interval"] == "1s"
+    (restarter,) = [
+        route
+        for route in rewritten["route"]["routes"]
+        if route["receiver"] == "stallwatch-restarter"
+    ]
+    assert restarter["group_wait"] == "0s"
+    assert restarter["group_interval"] == "1s"
 
 
 def test_a_renamed_alert_stops_the_rewrite() -> None:

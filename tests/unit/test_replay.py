@@ -7,6 +7,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+import yaml
 
 from stallwatch.cli import main
 from stallwatch.common.cli import EXIT_USAGE
@@ -21,8 +22,10 @@ from stallwatch.replay import (
 )
 from stallwatch.replay.clock import Scheduler
 from stallwatch.replay.server import SimulatedServer
+from stallwatch.replay.stallwatch_way import DEGRADATION_RULES
 from stallwatch.simulator.engine import SimRequest
 from stallwatch.simulator.metrics import EngineView, RenderOptions, render_payload
+from tests.fixtures import REPO_ROOT
 
 SEEDS = (1, 2, 3)
 HOURS = 12.0
@@ -341,3 +344,19 @@ def test_degraded_periods_are_told_to_people_and_never_restarted(
     assert result.old.degraded_minutes_noticed == 0
     assert not result.old.degraded_alerts
     assert sum(results[s].old.restarts_in_degraded for s in SEEDS) > 0
+
+
+def test_the_replayed_degradation_rules_are_the_rule_files() -> None:
+    """The replay's degradation alerts watch the reasons and wait the `for:` of alerts.yml."""
+    document = yaml.safe_load((REPO_ROOT / "prometheus" / "alerts.yml").read_text())
+    rules = {rule["alert"]: rule for group in document["groups"] for rule in group["rules"]}
+    seconds = {"1m": 60.0, "5m": 300.0}
+    for alertname, (reasons, hold_for) in DEGRADATION_RULES.items():
+        rule = rules[alertname]
+        assert seconds[rule["for"]] == hold_for, alertname
+        if alertname == "LLMServerAdmissionStalled":
+            assert reasons == {"admission_stalled"}
+            assert 'reason="admission_stalled"' in rule["expr"]
+        else:
+            assert "admission_stalled" not in reasons
+            assert 'reason!="admission_stalled"' in rule["expr"]
