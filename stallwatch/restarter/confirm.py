@@ -14,7 +14,8 @@ from stallwatch.core.confirmation import (
     judge_attempts,
     worth_a_second_read,
 )
-from stallwatch.exporter.fetch import ReadResult, read_metrics
+from stallwatch.core.poll_plan import ReadResult
+from stallwatch.exporter.fetch import read_metrics
 
 
 def attempt(result: ReadResult) -> ReadAttempt:
