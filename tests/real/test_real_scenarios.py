@@ -79,7 +79,7 @@ async def test_batch_load_reads_busy_every_poll_and_gets_no_test_request(
     assert len(judged) >= 3, polls
     assert [poll.state for poll in judged] == [State.BUSY] * len(judged), polls
     assert all((poll.steps_per_second or 0) > 0 for poll in judged)
-    assert metrics[("stallwatch_probe_requests_total", TARGET_LABELS)] == 0
+    assert metrics[("stallwatch_test_requests_total", TARGET_LABELS)] == 0
     assert metrics[("stallwatch_target_state", (("state", "busy"), *TARGET_LABELS))] == 1
     completion_tokens = [answer["usage"]["completion_tokens"] for answer in answers]
     assert len(answers) >= CONCURRENT_GENERATIONS
@@ -163,8 +163,8 @@ async def test_idle_server_gets_at_most_one_answered_test_request_per_poll(
     assert {poll.state for poll in polls} == {State.IDLE}, polls
     assert 1 <= found.probe_requests <= found.polls
     assert found.probe_failures == 0
-    assert metrics[("stallwatch_probe_requests_total", TARGET_LABELS)] == found.probe_requests
-    assert metrics[("stallwatch_probe_failures_total", TARGET_LABELS)] == 0
+    assert metrics[("stallwatch_test_requests_total", TARGET_LABELS)] == found.probe_requests
+    assert metrics[("stallwatch_test_request_failures_total", TARGET_LABELS)] == 0
     # The server answered exactly the requests the exporter counted, and nothing else came.
     assert counted.requests_completed == found.probe_requests
     assert counted.completion_calls == found.probe_requests
