@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from types import MappingProxyType
 from typing import Literal
 from urllib.parse import urlsplit
 
@@ -171,32 +173,35 @@ class RestarterConfig:
         return parse_listen(self.listen)
 
 
-def _action(section: Section, files: RestarterFiles, action_timeout: float) -> Action:
-    kind = section.choice("kind", "", tuple(_ACTION_KEYS))
-    if kind == "command":
-        argv = section.raw("argv")
-        if not isinstance(argv, list):
-            raise section.error("argv", f"expected a list of strings, got {argv!r}")
-        program = section.string_list("argv", ())
-        if not program:
-            raise section.error("argv", "expected at least the program")
-        return CommandAction(argv=(files.program(section, program[0]), *program[1:]))
-    if kind == "docker":
-        stop_timeout = section.duration("stop_timeout", 30.0, zero=True)
-        if stop_timeout >= action_timeout:
-            raise section.error("stop_timeout", "must be shorter than the target's action_timeout")
-        return DockerAction(
-            container=section.string("container", required=True),
-            socket=section.string("socket", DEFAULT_DOCKER_SOCKET),
-            stop_timeout=stop_timeout,
-        )
-    if kind == "kubernetes":
-        return kubernetes_action_from(section, fixed=True)
-    if kind == "systemd":
-        unit = section.string("unit", required=True)
-        if unit.startswith("-"):
-            raise section.error("unit", "a unit name cannot start with '-'")
-        return SystemdAction(unit=unit, user=section.boolean("user", False))
+def _command_action(section: Section, files: RestarterFiles, action_timeout: float) -> Action:
+    argv = section.raw("argv")
+    if not isinstance(argv, list):
+        raise section.error("argv", f"expected a list of strings, got {argv!r}")
+    program = section.string_list("argv", ())
+    if not program:
+        raise section.error("argv", "expected at least the program")
+    return CommandAction(argv=(files.program(section, program[0]), *program[1:]))
+
+
+def _docker_action(section: Section, files: RestarterFiles, action_timeout: float) -> Action:
+    stop_timeout = section.duration("stop_timeout", 30.0, zero=True)
+    if stop_timeout >= action_timeout:
+        raise section.error("stop_timeout", "must be shorter than the target's action_timeout")
+    return DockerAction(
+        container=section.string("container", required=True),
+        socket=section.string("socket", DEFAULT_DOCKER_SOCKET),
+        stop_timeout=stop_timeout,
+    )
+
+
+def _systemd_action(section: Section, files: RestarterFiles, action_timeout: float) -> Action:
+    unit = section.string("unit", required=True)
+    if unit.startswith("-"):
+        raise section.error("unit", "a unit name cannot start with '-'")
+    return SystemdAction(unit=unit, user=section.boolean("user", False))
+
+
+def _http_action(section: Section, files: RestarterFiles, action_timeout: float) -> Action:
     method = section.string("method", "POST").upper()
     if method not in HTTP_METHODS:
         raise section.error("method", f"expected one of {', '.join(HTTP_METHODS)}")
@@ -207,13 +212,45 @@ def _action(section: Section, files: RestarterFiles, action_timeout: float) -> A
     )
 
 
-_ACTION_KEYS: dict[str, tuple[str, ...]] = {
-    "command": ("kind", "argv"),
-    "docker": ("kind", "container", "socket", "stop_timeout"),
-    "systemd": ("kind", "unit", "user"),
-    "http": ("kind", "url", "method", "bearer_token_file"),
-    "kubernetes": KUBERNETES_ACTION_KEYS,
-}
+def _kubernetes_action(section: Section, files: RestarterFiles, action_timeout: float) -> Action:
+    return kubernetes_action_from(section, fixed=True)
+
+
+@dataclass(frozen=True)
+class ActionSpec:
+    """One kind of restart action in the config: the keys its mapping takes and its parser."""
+
+    keys: tuple[str, ...]
+    parse: Callable[[Section, RestarterFiles, float], Action]
+
+
+# Every action kind a target may name. The restarter's runners (`restarter/actions.py`) have
+# one entry a kind too; a unit test holds the two tables to the same keys.
+ACTION_KINDS: Mapping[str, ActionSpec] = MappingProxyType(
+    {
+        "command": ActionSpec(("kind", "argv"), _command_action),
+        "docker": ActionSpec(("kind", "container", "socket", "stop_timeout"), _docker_action),
+        "systemd": ActionSpec(("kind", "unit", "user"), _systemd_action),
+        "http": ActionSpec(("kind", "url", "method", "bearer_token_file"), _http_action),
+        "kubernetes": ActionSpec(KUBERNETES_ACTION_KEYS, _kubernetes_action),
+    }
+)
+
+
+def _action(section: Section, files: RestarterFiles, action_timeout: float) -> Action:
+    """The target's `action`: its kind looked up in ACTION_KINDS, then parsed by that kind."""
+    raw = section.required("action")
+    if not isinstance(raw, Mapping):
+        raise section.error("action", f"expected a mapping, got {type(raw).__name__}")
+    kind = raw.get("kind")
+    spec = ACTION_KINDS.get(kind) if isinstance(kind, str) else None
+    if spec is None:
+        kinds = ", ".join(ACTION_KINDS)
+        raise section.error("action.kind", f"expected one of {kinds}, got {kind!r}")
+    action_section = section.section("action", spec.keys)
+    return spec.parse(action_section, files, action_timeout)
+
+
 _TARGET_KEYS = (
     "name",
     "url",
@@ -270,13 +307,7 @@ def _target(
     name = section.string("name", required=True)
     metrics_url = _metrics_url(section, warnings)
     action_timeout = section.duration("action_timeout", 120.0)
-    raw_action = section.required("action")
-    kind = raw_action.get("kind") if isinstance(raw_action, dict) else None
-    if isinstance(raw_action, dict) and kind not in _ACTION_KEYS:
-        kinds = ", ".join(_ACTION_KEYS)
-        raise section.error("action.kind", f"expected one of {kinds}, got {kind!r}")
-    keys = _ACTION_KEYS[kind] if isinstance(kind, str) else ("kind",)
-    action = _action(section.section("action", keys), files, action_timeout)
+    action = _action(section, files, action_timeout)
     budget = section.section("budget", BUDGET_KEYS)
     cooldown_auto = cooldown_auto_from(section)
     return Target(
