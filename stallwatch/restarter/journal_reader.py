@@ -232,6 +232,22 @@ class JournalReader:
             if kind in HOLD_KINDS
         )
 
+    def hold_events_after(self, after_id: int, since: float) -> tuple[tuple[HoldEvent, ...], int]:
+        """The hold rows after row `after_id` written since `since`, oldest first, and the id of
+        the last of them (`after_id` when there is none): what followed since the last look."""
+        with self._guard("read"):
+            rows = self._db.execute(
+                "SELECT id, reason, target, time, duration_seconds, detail FROM journal "
+                "WHERE decision = 'hold' AND id > ? AND time >= ? ORDER BY id",
+                (after_id, since),
+            ).fetchall()
+        events = tuple(
+            HoldEvent(kind, target, time, duration or 0.0, detail)
+            for _, kind, target, time, duration, detail in rows
+            if kind in HOLD_KINDS
+        )
+        return events, rows[-1][0] if rows else after_id
+
     def failed_actions_in_a_row(self, limit: int) -> int:
         """How many of the latest action results since the last resume failed, newest first,
         up to the first success (interrupted ones, cut short by the restarter's own stop,
