@@ -74,7 +74,8 @@ def no_room(remembered: int, in_module: int, *, max_targets: int, module_max: in
 
 # A `/probe` read ends this long before the scrape's deadline (as blackbox_exporter's
 # --timeout-offset), so the answer reaches Prometheus in time; its requests each end half of it
-# earlier still, so a server that never answers is judged (hung) before the read is cut.
+# (a tenth of the read, if less) earlier still, so a server that never answers is judged (hung)
+# before the read is cut.
 SCRAPE_TIMEOUT_OFFSET_SECONDS = 0.5
 
 
@@ -102,5 +103,5 @@ def read_budget(header: str | None) -> ReadBudget | None:
         raise ValueError(f"expected a positive number of seconds, got {header!r}")
     # A short scrape keeps half its time for the read, whatever the offset.
     read = max(scrape_timeout - SCRAPE_TIMEOUT_OFFSET_SECONDS, scrape_timeout / 2)
-    requests = read - min(SCRAPE_TIMEOUT_OFFSET_SECONDS, read) / 2
+    requests = read - min(SCRAPE_TIMEOUT_OFFSET_SECONDS / 2, read / 10)
     return ReadBudget(scrape_timeout=scrape_timeout, requests=requests, read=read)
