@@ -30,7 +30,6 @@ from stallwatch.core.probe_schedule import read_budget
 from stallwatch.exporter.collector import ExporterCollector
 from stallwatch.exporter.gate import ConnectionGate, RequestsSeen, cap_for_open_files
 from stallwatch.exporter.multitarget import ProbeCollector, ProbeService
-from stallwatch.exporter.probe_debug import trace_config
 from stallwatch.exporter.service import ExporterService
 from stallwatch.exporter.web_config import WebConfig, protect, server_ssl_context
 
@@ -182,7 +181,7 @@ async def running_exporter(
     connections piling up on the port leave the polls their file descriptors."""
     connector = aiohttp.TCPConnector(limit=0, limit_per_host=4)
     async with aiohttp.ClientSession(
-        connector=connector, headers={"User-Agent": USER_AGENT}, trace_configs=[trace_config()]
+        connector=connector, headers={"User-Agent": USER_AGENT}
     ) as session:
         service = ExporterService(config, session)
         service.probes = ProbeService(config, session)

@@ -11,6 +11,7 @@ time out within it, and a read still going at its end is cut, with no verdict.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import Counter
@@ -37,7 +38,7 @@ from stallwatch.common.exporter_config import (
     TargetConfig,
     module_max_targets,
 )
-from stallwatch.core.history import PollOutcome, TargetHistory
+from stallwatch.core.history import TargetHistory
 from stallwatch.core.probe_schedule import (
     SCRAPE_TIMEOUT_OFFSET_SECONDS,
     ReadBudget,
@@ -49,7 +50,7 @@ from stallwatch.core.probe_schedule import (
 )
 from stallwatch.exporter.collector import ExporterCollector
 from stallwatch.exporter.poll import poll_once
-from stallwatch.exporter.probe_debug import Steps, debug_text, recording
+from stallwatch.exporter.probe_debug import DebugPoll, debug_poll, debug_text
 from stallwatch.exporter.service import ReloadStatus
 
 log = logging.getLogger("stallwatch.exporter")
@@ -202,7 +203,7 @@ class ProbeService:
     ) -> str | ProbeAnswer:
         """`/probe?debug=true`: one read now, step by step (or the refusal).
 
-        It reads from the target's last reading, keeps nothing (no entry, no history), never
+        It polls from the target's last reading, keeps nothing (no entry, no history), never
         sends the idle test request, and ends within the scrape's budget like any read.
         """
         checked = self.check(module_name, target_text)
@@ -212,27 +213,21 @@ class ProbeService:
         entry = self.entries.get((module_name, target.url))
         history = entry.history if entry is not None else TargetHistory()
         config = module.target(target_text, target.url)
-        read_with = within(replace(config, probe=replace(config.probe, enabled=False)), budget)
-
-        async def read() -> tuple[Steps, PollOutcome | None]:
-            steps = recording()
-            try:
-                async with asyncio.timeout(budget.read if budget is not None else None):
-                    outcome = await poll_once(
-                        self.session,
-                        read_with,
-                        history.baseline,
-                        max_payload_bytes=self._config.max_payload_bytes,
-                        last_proven_alive_at=history.last_proven_alive_at,
-                    )
-            except TimeoutError:
-                return steps, None
-            return steps, outcome
-
-        steps, outcome = await asyncio.create_task(read())  # its own context: its own steps
-        after = history.advance(outcome) if outcome is not None else history
+        poll = DebugPoll()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(budget.read if budget is not None else None):
+                await debug_poll(
+                    self.session,
+                    within(config, budget),
+                    history,
+                    max_payload_bytes=self._config.max_payload_bytes,
+                    into=poll,
+                )
+        after = history.advance(poll.outcome) if poll.outcome is not None else history
         body = render_answer(config, after)
-        return debug_text(module_name, config, history, budget, steps, outcome, body, time.time())
+        return debug_text(
+            module_name, within(config, budget), history, budget, poll, body, time.time()
+        )
 
     def check(
         self, module_name: str, target_text: str

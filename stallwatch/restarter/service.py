@@ -30,7 +30,8 @@ from stallwatch.core.policy import (
     decide_confirmed,
     lookback_seconds,
 )
-from stallwatch.exporter.fetch import ReadResult, read_metrics
+from stallwatch.core.poll_plan import ReadResult
+from stallwatch.exporter.fetch import read_metrics
 from stallwatch.restarter.background import BackgroundActions
 from stallwatch.restarter.confirm import Confirmations, Confirmer, confirm_stall
 from stallwatch.restarter.fleet import FleetGuard

@@ -21,9 +21,9 @@ from stallwatch.core.alerts import Alert
 from stallwatch.core.confirmation import Confirmation
 from stallwatch.core.holds import NO_HOLDS, Hold, folded, hold_refusal, in_force
 from stallwatch.core.policy import Decision, alert_key
+from stallwatch.core.poll_plan import ReadResult
 from stallwatch.core.reading import Reading
 from stallwatch.core.restart_window import RestartWindow, moved_since, with_window
-from stallwatch.exporter.fetch import ReadResult
 from stallwatch.restarter.journal import Journal
 from stallwatch.restarter.journal_reader import JournalError, printable
 from stallwatch.restarter.metrics import RestarterMetrics

@@ -140,38 +140,58 @@ async def test_debug_shows_what_was_read_the_reading_and_the_decision() -> None:
         _, body = await get(session, url, sim.url)
     assert status == 200
     lines = text.splitlines()
-    assert lines[0] == f"debug read of {sim.url} (module m): {sim.url}, kind auto"
-    assert lines[1] == "scrape timeout 10 s: each request at most 5 s, the read at most 9.5 s"
+    assert lines[0] == f"debug poll of {sim.url} (module m): {sim.url}, kind auto"
+    assert lines[1] == "scrape timeout 10 s: each request at most 5 s, the poll at most 9.5 s"
     assert lines[2] == "baseline: none (no earlier reading of this target)"
-    first_reading = next(i for i, line in enumerate(lines) if line.startswith("reading:"))
-    steps = [line.split("  ", 2)[2] for line in lines[lines.index("steps:") + 1 : first_reading]]
-    assert steps[0] == f"GET {sim.url}/v1/models"  # kind auto: the engine is asked first
-    assert steps[1].startswith(f"GET {sim.url}/v1/models: 200 ")
-    assert f"GET {sim.url}/metrics" in steps
-    assert any(step.startswith(f"GET {sim.url}/metrics: 200 (Content-Length ") for step in steps)
-    assert not any("/v1/completions" in step for step in steps)  # no test request, ever
+    steps = [line.split("  ", 2)[2] for line in lines[lines.index("steps:") + 1 : _end(lines)]]
+    assert steps[:4] == [  # kind auto: the engine is asked first, then its metrics are read
+        f"GET {sim.url}/v1/models (which engine is it?)",
+        "  -> status 200, owned_by: vllm",
+        f"GET {sim.url}/metrics",
+        "  -> a reading: " + steps[3].split("a reading: ", 1)[1],
+    ]
+    assert steps[3].endswith(" bytes, 1 engine(s)")
     assert any(line.startswith("  vllm engine '0' of ") and "running 0" in line for line in lines)
     assert any(line.startswith("decision: idle (") for line in lines)
-    assert "series this read would answer:" in lines
-    assert (
-        value(
-            text.split("series this read would answer:\n", 1)[1],
-            "stallwatch_target_state",
-            target=sim.url,
-            state="idle",
-        )
-        == 1.0
-    )
+    series = text.split("series this poll would answer:\n", 1)[1]
+    assert value(series, "stallwatch_target_state", target=sim.url, state="idle") == 1.0
     assert remembered == 0
-    assert value(body, "stallwatch_polls_total", target=sim.url) == 1.0  # the debug read left none
+    assert value(body, "stallwatch_polls_total", target=sim.url) == 1.0  # the debug poll left none
+
+
+def _end(lines: list[str]) -> int:
+    """Where the steps end: at the reading, or at the decision."""
+    return next(i for i, line in enumerate(lines) if line.startswith(("reading:", "decision:")))
+
+
+async def test_debug_stops_where_a_poll_would_send_the_test_request() -> None:
+    """With the module's test request on, an idle server's debug poll shows the test request it
+    would send, sends none (the server counts no request), and decides nothing."""
+    async with (
+        running_simulator() as sim,
+        exporter(config(probe={"enabled": True})) as (_service, url),
+        aiohttp.ClientSession() as session,
+    ):
+        status, text = await get(session, url, sim.url, debug=True)
+        requests = sim.stats()["requests_total"]
+    assert status == 200
+    lines = text.splitlines()
+    steps = [line.split("  ", 2)[2] for line in lines[lines.index("steps:") + 1 : _end(lines)]]
+    assert steps[-1] == "the idle test request: completions, model 'tiny', timeout 10 s"
+    assert any(
+        line.startswith("decision: none yet: a poll sends the idle test request") for line in lines
+    )
+    assert requests == 0
 
 
 async def test_debug_of_a_target_outside_the_allow_list_is_refused() -> None:
-    """A debug `/probe` is checked like any other: a target not allowed gets 400, no read."""
+    """A debug `/probe` is checked like any other: a target outside the allow list gets 400."""
     async with running_simulator() as sim:
         port = sim.url.rsplit(":", 1)[1]
         cfg = config(allow=["127.0.0.1:1"])
         async with exporter(cfg) as (_service, url), aiohttp.ClientSession() as session:
             status, text = await get(session, url, f"127.0.0.1:{port}", debug=True)
+        requests = sim.stats()["requests_total"]
     assert status == 400
     assert text.startswith("probe refused: ")
+    assert requests == 0
