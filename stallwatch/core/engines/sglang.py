@@ -64,6 +64,13 @@ PROFILE = EngineProfile(
         "SGLang's work gauges are refreshed every 40 decode steps and, once idle, only every 30 s"
     ),
     counters_vanish_on_restart=True,
+    # Before its own warm-up request has run, /metrics holds the startup and memory gauges and
+    # zeroed scheduler counters, but no work gauge and no pass counter yet.
+    loaded_when=("running", "waiting", "steps"),
+    loading=(
+        "still loading: /metrics holds only SGLang's startup series (no work gauge or pass "
+        "counter before its own warm-up request)"
+    ),
     inflight=InflightSeries("sglang:http_requests_active", "endpoint", _NOT_WORK),
     test_paths=OPENAI_TEST_PATHS,
     # sglang/srt/entrypoints/openai/protocol.py (0.5.23): `ModelCard.owned_by = "sglang"`.
