@@ -34,6 +34,8 @@ CASES = [
     ("busy-1", "busy-2", State.BUSY, False, "cuda_graph_passes_total"),
     ("chunked-prefill-1", "chunked-prefill-2", State.BUSY, False, "in flight"),
     ("frozen-1", "frozen-2", State.STALLED, False, "no progress"),
+    # The prefill ended between the two reads: its passes moved, nothing is in flight now.
+    ("chunked-prefill-2", "after-prefill-1", State.IDLE, False, "completed"),
     ("busy-2", "after-work-1", State.BUSY, False, "num_requests_total"),
     # Just after the work: the running gauge still shows the four finished requests, nothing
     # is in flight, nothing moved.

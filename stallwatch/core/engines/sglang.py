@@ -63,6 +63,8 @@ PROFILE = EngineProfile(
     work_gauge_lag=(
         "SGLang's work gauges are refreshed every 40 decode steps and, once idle, only every 30 s"
     ),
+    # scheduler_components/metrics_reporter.py: CPU and idle seconds flushed at most once a second.
+    idle_loop_flush_seconds=1.0,
     counters_vanish_on_restart=True,
     # Before its own warm-up request has run, /metrics holds the startup and memory gauges and
     # zeroed scheduler counters, but no work gauge and no pass counter yet.
