@@ -38,6 +38,7 @@ VENV_PYTHON = VENV_DIR / "bin" / "python"
 MODEL_DIR = VENV_DIR / "tiny-llama"
 STAND_IN_DIR = VENV_DIR / "cpu-kernel-stand-in"
 STAND_IN_INIT = STAND_IN_DIR / "sgl_kernel" / "__init__.py"
+MODEL_MAKER = Path(real_vllm.__file__).resolve()
 LOCK_FILE = REPO_ROOT / ".cache" / "real-sglang-setup.lock"
 
 SGLANG_VERSION = "0.5.23"
@@ -135,7 +136,7 @@ ENVIRONMENT = RealEnvironment(
 
 # The one kernel a plain LLM calls (on every prefill), in torch, and the names that sglang's CPU
 # modules import at start but call only for speculative decoding or KV moves.
-STAND_IN_SOURCE = '''"""A pure-torch stand-in for SGLang's compiled CPU kernels (only what a plain LLM calls)."""
+STAND_IN_SOURCE = '''"""A pure-torch stand-in for SGLang's CPU kernels: what a plain LLM calls."""
 
 import torch
 
@@ -298,14 +299,20 @@ def setup() -> int:
             ),
         )
         timings["sglang"] = run_step(
-            "sglang", pip("install", "--progress-bar", "off", "--no-deps", f"sglang=={SGLANG_VERSION}")
+            "sglang",
+            pip("install", "--progress-bar", "off", "--no-deps", f"sglang=={SGLANG_VERSION}"),
         )
         write_stand_in()
         if MODEL_DIR.exists():
             shutil.rmtree(MODEL_DIR)
         timings["model"] = run_step(
             "tiny model",
-            [str(VENV_PYTHON), str(Path(real_vllm.__file__).resolve()), "make-model", str(MODEL_DIR)],
+            [
+                str(VENV_PYTHON),
+                str(Path(real_vllm.__file__).resolve()),
+                "make-model",
+                str(MODEL_DIR),
+            ],
             env={**os.environ, **OFFLINE_ENV},
         )
         ENVIRONMENT.write_stamp()
