@@ -86,10 +86,14 @@ PROFILE = EngineProfile(
     ),
     unsafe_endpoints=(
         Endpoint(
-            "GET", "/health", "runs a 1-token generation when idle; waits up to 20 s when busy"
+            "GET",
+            "/health",
+            "runs a 1-token generation; on a stuck server 503 after 20 s, and /ready and /ping "
+            "then answer 503 for everyone",
         ),
         Endpoint("GET", "/health_generate", "as /health"),
-        Endpoint("GET", "/server_info", "an RPC to every scheduler"),
+        Endpoint("GET", "/server_info", "an RPC to every scheduler: hangs while one is stuck"),
+        Endpoint("GET", "/get_server_info", "as /server_info"),
     ),
     flat_while_legit="a single forward longer than the interval; /pause_generation",
     restart_signal="a counter went down or vanished (no start time: fresh multiprocess directory)",
