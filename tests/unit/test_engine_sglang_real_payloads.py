@@ -49,6 +49,9 @@ CASES = [
     ("after-work-2", "loading-1", State.RESTARTED, False, "still loading"),
     ("after-work-2", "restarted-1", State.RESTARTED, True, "went down"),
     ("loading-1", "restarted-1", State.IDLE, True, "idle test request"),
+    # The Rust HTTP frontend: no http_requests_* family at all.
+    ("rust-idle-1", "rust-idle-2", State.IDLE, True, "idle test request"),
+    ("rust-busy-1", "rust-busy-2", State.BUSY, False, "cuda_graph_passes_total"),
 ]
 
 
@@ -72,6 +75,13 @@ def test_real_chunked_prefill_shows_both_work_gauges_at_zero() -> None:
     for case in ("chunked-prefill-1", "chunked-prefill-2"):
         assert gauge(case, "running") == 0.0
         assert gauge(case, "waiting") == 0.0
+
+
+def test_real_rust_frontend_payloads_have_no_http_family() -> None:
+    """With `SGLANG_RUST_SERVER=1` nothing counts requests in flight at the HTTP layer."""
+    for case in ("rust-idle-1", "rust-busy-2"):
+        assert parse_reading(captured(case), taken_at=0.0).inflight_requests is None
+        assert "sglang:http_requests_" not in captured(case)
 
 
 def test_real_payloads_carry_no_process_start_time() -> None:
