@@ -43,7 +43,7 @@ system-deps:
 # The README's test command: unit, component, rules, routing, end-to-end and the real-server
 # tiers (vLLM, llama.cpp, SGLang).
 test: $(STAMP) system-deps
-	$(BIN)/python -m pytest -q -p no:cacheprovider tests
+	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=25 tests
 
 # The quick loop: the unit tier only (pure decisions, rules and routing, compose and docs checks).
 test-unit: $(STAMP) system-deps
