@@ -12,7 +12,7 @@ SYSTEM_BINARIES := prometheus promtool prometheus-alertmanager amtool docker-com
 DEBIAN_PACKAGES := prometheus prometheus-alertmanager docker-compose \
 	$(if $(shell command -v kubectl),,kubernetes-client)
 
-.PHONY: all test test-unit test-fast test-real demo lint bench replay real-vllm system-deps venv clean
+.PHONY: all test test-unit test-fast test-real demo lint bench replay real-vllm real-sglang system-deps venv clean
 
 all: test
 
@@ -40,17 +40,19 @@ system-deps:
 		fi; \
 	fi
 
-# The README's test command: unit, component, rules, routing, end-to-end and real-vLLM tiers.
+# The README's test command: unit, component, rules, routing, end-to-end and the real-server
+# tiers (vLLM, llama.cpp, SGLang).
 test: $(STAMP) system-deps
-	$(BIN)/python -m pytest -q -p no:cacheprovider tests
+	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=25 tests
 
 # The quick loop: the unit tier only (pure decisions, rules and routing, compose and docs checks).
 test-unit: $(STAMP) system-deps
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit
 
-# Everything but the real-server tiers and the container stack (no vLLM, llama.cpp or podman needed).
+# Everything but the real-server tiers and the container stack (no vLLM, llama.cpp, SGLang or
+# podman needed).
 test-fast: $(STAMP) system-deps
-	$(BIN)/python -m pytest -q -p no:cacheprovider tests --ignore=tests/real --ignore=tests/real_llamacpp --ignore=tests/stack
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests --ignore=tests/real --ignore=tests/real_llamacpp --ignore=tests/real_sglang --ignore=tests/stack
 
 # Only the real-vLLM tier.
 test-real: $(STAMP) system-deps
@@ -64,6 +66,10 @@ test-stack: $(STAMP)
 # A separate environment with a real vLLM (CPU build) and a tiny random-weight model.
 real-vllm:
 	$(PYTHON) scripts/real_vllm.py setup
+
+# A separate environment with a real SGLang (the stock wheel on the CPU) and the same model.
+real-sglang:
+	$(PYTHON) scripts/real_sglang.py setup
 
 demo: $(STAMP) system-deps
 	$(BIN)/stallwatch demo

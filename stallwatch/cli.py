@@ -43,11 +43,15 @@ def build_parser() -> argparse.ArgumentParser:
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as error:
-            if error.name != module_name:
+            if not _is_module_or_parent(error.name, module_name):
                 raise
-            continue  # a component that is not part of this build
+            continue  # a component that is not part of this build (the demo, from an install)
         module.register(subparsers)
     return parser
+
+
+def _is_module_or_parent(missing: str | None, module_name: str) -> bool:
+    return missing is not None and (module_name == missing or module_name.startswith(missing + "."))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,7 +1,10 @@
 """The config dialect both components share: one error, one duration grammar, one strict reader.
 
 Every error is a `ConfigError` that names the file and the field (a dotted path such as
-`targets[1].url`). Durations are Prometheus durations (`30s`, `1h30m`, `500ms`), whole numbers
+`targets[1].url`). A file is read to its end and every error in it reported at once
+(`ConfigErrors`): a field that cannot be read is recorded and read as its default, and a part
+that cannot be built (a target, a module) is recorded and left out, so one mistake hides no
+other. Durations are Prometheus durations (`30s`, `1h30m`, `500ms`), whole numbers
 only. Nothing here reads YAML: the schemas build from plain mappings, so importing them loads
 no parser.
 """
@@ -9,7 +12,8 @@ no parser.
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
+from typing import TypeVar
 from urllib.parse import urlsplit
 
 DURATION_HINT = "expected a duration like 15s, 10m or 1h"
@@ -41,6 +45,30 @@ class ConfigError(ValueError):
         self.message = message
         where = f"{source}: {field}: " if field else f"{source}: "
         super().__init__(where + message)
+
+
+class ConfigErrors(ConfigError):
+    """Every error found in one file, in the order they were read; the first is its own field."""
+
+    def __init__(self, errors: tuple[ConfigError, ...]) -> None:
+        first = errors[0]
+        super().__init__(first.source, first.field, first.message)
+        self.errors = errors
+
+    def __str__(self) -> str:
+        if len(self.errors) == 1:
+            return str(self.errors[0])
+        lines = [f"{self.source}: {len(self.errors)} errors"]
+        lines += [f"  {e.field}: {e.message}" if e.field else f"  {e.message}" for e in self.errors]
+        return "\n".join(lines)
+
+
+def _each(error: ConfigError) -> tuple[ConfigError, ...]:
+    return error.errors if isinstance(error, ConfigErrors) else (error,)
+
+
+_T = TypeVar("_T")
+_F = TypeVar("_F")
 
 
 def parse_duration(value: object) -> float:
@@ -92,22 +120,62 @@ def check_url(value: str) -> str:
 
 
 class Section:
-    """One mapping of a config file, read field by field; keys it does not know are errors."""
+    """One mapping of a config file, read field by field; keys it does not know are errors.
 
-    def __init__(self, source: str, path: str, data: object, keys: Collection[str]) -> None:
+    A Section and the sections read from it share one list of problems: a value that cannot be
+    read is recorded there and read as its default; `attempt` records what a whole part raises;
+    `finish` raises them all at once.
+    """
+
+    def __init__(
+        self,
+        source: str,
+        path: str,
+        data: object,
+        keys: Collection[str],
+        problems: list[ConfigError] | None = None,
+    ) -> None:
         self.source = source
         self.path = path
+        self.problems: list[ConfigError] = [] if problems is None else problems
+        self._data: Mapping[str, object] = {}
         if not isinstance(data, Mapping):
             raise ConfigError(
                 source, path or "(top level)", f"expected a mapping, got {_kind(data)}"
             )
         for key in data:
             if not isinstance(key, str):
-                raise ConfigError(source, path or "(top level)", f"key {key!r} is not a string")
-            if key not in keys:
+                self._record(
+                    ConfigError(source, path or "(top level)", f"key {key!r} is not a string")
+                )
+            elif key not in keys:
                 known = ", ".join(sorted(keys))
-                raise self.error(key, f"unknown key (known keys: {known})")
-        self._data: Mapping[str, object] = data
+                self.report(key, f"unknown key (known keys: {known})")
+        self._data = data
+
+    def _record(self, error: ConfigError) -> None:
+        self.problems.extend(_each(error))
+
+    def report(self, key: str, message: str) -> None:
+        """Record an error at `key` and read on."""
+        self._record(self.error(key, message))
+
+    def _fallback(self, key: str, message: str, fallback: _T) -> _T:
+        self.report(key, message)
+        return fallback
+
+    def attempt(self, build: Callable[[], _T], fallback: _F) -> _T | _F:
+        """`build()`, or `fallback` with what it raised recorded."""
+        try:
+            return build()
+        except ConfigError as error:
+            self._record(error)
+            return fallback
+
+    def finish(self) -> None:
+        """Raise every problem recorded in this file, if there is any."""
+        if self.problems:
+            raise ConfigErrors(tuple(self.problems))
 
     def field_name(self, key: str) -> str:
         return f"{self.path}.{key}" if self.path else key
@@ -131,7 +199,10 @@ class Section:
     def string(self, key: str, default: str | None = None, *, required: bool = False) -> str:
         value = self.required(key) if required else self.raw(key, default)
         if not isinstance(value, str) or not value:
-            raise self.error(key, f"expected a non-empty string, got {value!r}")
+            message = f"expected a non-empty string, got {value!r}"
+            if required or not default:
+                raise self.error(key, message)
+            return self._fallback(key, message, default)
         return value
 
     def optional_string(self, key: str) -> str | None:
@@ -140,19 +211,22 @@ class Section:
     def string_list(self, key: str, default: tuple[str, ...]) -> tuple[str, ...]:
         value = self.raw(key, list(default))
         if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-            raise self.error(key, f"expected a list of non-empty strings, got {value!r}")
+            return self._fallback(
+                key, f"expected a list of non-empty strings, got {value!r}", default
+            )
         return tuple(value)
 
     def boolean(self, key: str, default: bool) -> bool:
         value = self.raw(key, default)
         if not isinstance(value, bool):
-            raise self.error(key, f"expected true or false, got {value!r}")
+            return self._fallback(key, f"expected true or false, got {value!r}", default)
         return value
 
     def integer(self, key: str, default: int, *, minimum: int = 0) -> int:
         value = self.raw(key, default)
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise self.error(key, f"expected an integer >= {minimum}, got {value!r}")
+            message = f"expected an integer >= {minimum}, got {value!r}"
+            return self._fallback(key, message, max(default, minimum))
         return value
 
     def number(self, key: str, default: float, *, above: float, at_most: float) -> float:
@@ -161,9 +235,10 @@ class Section:
             return default
         value = self._data[key]
         if isinstance(value, bool) or not isinstance(value, int | float):
-            raise self.error(key, f"expected a number, got {value!r}")
+            return self._fallback(key, f"expected a number, got {value!r}", default)
         if not above < value <= at_most:
-            raise self.error(key, f"must be above {above:g} and at most {at_most:g}, got {value}")
+            message = f"must be above {above:g} and at most {at_most:g}, got {value}"
+            return self._fallback(key, message, default)
         return float(value)
 
     def duration(
@@ -179,17 +254,21 @@ class Section:
         try:
             seconds = parse_duration(value)
         except ValueError as error:
-            raise self.error(key, str(error)) from None
+            return self._fallback(key, str(error), default)
         if seconds < minimum:
-            raise self.error(key, f"must be at least {_format_seconds(minimum)}{why}, got {value}")
+            message = f"must be at least {_format_seconds(minimum)}{why}, got {value}"
+            return self._fallback(key, message, default)
         if seconds == 0 and not zero:
-            raise self.error(key, f"must be longer than zero, got {value}")
+            return self._fallback(key, f"must be longer than zero, got {value}", default)
         return seconds
 
     def choice(self, key: str, default: str, choices: tuple[str, ...]) -> str:
         value = self.raw(key, default)
         if not isinstance(value, str) or value not in choices:
-            raise self.error(key, f"expected one of {', '.join(choices)}, got {value!r}")
+            message = f"expected one of {', '.join(choices)}, got {value!r}"
+            if default not in choices:
+                raise self.error(key, message)
+            return self._fallback(key, message, default)
         return value
 
     def string_map(self, key: str) -> dict[str, str]:
@@ -197,7 +276,7 @@ class Section:
         if not isinstance(value, Mapping) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in value.items()
         ):
-            raise self.error(key, "expected a mapping of strings to strings")
+            return self._fallback(key, "expected a mapping of strings to strings", {})
         return dict(value)
 
     def url(self, key: str) -> str:
@@ -211,17 +290,33 @@ class Section:
         try:
             return parse_listen(self.string(key, default))
         except ValueError as error:
-            raise self.error(key, str(error)) from None
+            return self._fallback(key, str(error), parse_listen(default))
 
     def section(self, key: str, keys: Collection[str]) -> Section:
-        return Section(self.source, self.field_name(key), self.raw(key, {}), keys)
+        """The mapping at `key`; one that is no mapping is recorded and read as empty."""
+        path = self.field_name(key)
+        try:
+            return Section(self.source, path, self.raw(key, {}), keys, self.problems)
+        except ConfigError as error:
+            self._record(error)
+            return Section(self.source, path, {}, keys, self.problems)
 
     def sections(self, key: str, keys: Collection[str], *, required: bool = False) -> list[Section]:
-        value = self.required(key) if required else self.raw(key, [])
+        value = self.raw(key, None if required else [])
+        if value is None:
+            return self._fallback(key, "is required", [])
         if not isinstance(value, list) or (required and not value):
-            raise self.error(key, "expected a non-empty list" if required else "expected a list")
+            return self._fallback(
+                key, "expected a non-empty list" if required else "expected a list", []
+            )
         path = self.field_name(key)
-        return [Section(self.source, f"{path}[{i}]", v, keys) for i, v in enumerate(value)]
+        sections = []
+        for index, item in enumerate(value):
+            try:
+                sections.append(Section(self.source, f"{path}[{index}]", item, keys, self.problems))
+            except ConfigError as error:  # an item that is no mapping is left out
+                self._record(error)
+        return sections
 
 
 def _kind(value: object) -> str:

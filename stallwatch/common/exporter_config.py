@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from types import MappingProxyType
 from typing import Literal, cast, get_args
 from urllib.parse import urlsplit, urlunsplit
@@ -242,12 +243,14 @@ def _probe(section: Section, defaults: ProbeConfig) -> ProbeConfig:
 def _degraded(section: Section, defaults: DegradedConfig) -> DegradedConfig:
     samples = section.integer("baseline_samples", defaults.baseline_samples, minimum=2)
     if samples > 10_000:
-        raise section.error("baseline_samples", f"must be at most 10000, got {samples}")
+        section.report("baseline_samples", f"must be at most 10000, got {samples}")
+        samples = defaults.baseline_samples
     least = section.integer("baseline_min_samples", min(defaults.baseline_min_samples, samples))
     if not 1 <= least <= samples:
-        raise section.error(
+        section.report(
             "baseline_min_samples", f"must be from 1 to baseline_samples ({samples}), got {least}"
         )
+        least = min(defaults.baseline_min_samples, samples)
     return DegradedConfig(
         enabled=section.boolean("enabled", defaults.enabled),
         admission_window_seconds=section.duration(
@@ -287,21 +290,21 @@ def _target(
     probe_defaults: ProbeConfig,
     degraded_defaults: DegradedConfig = DEFAULT_DEGRADED,
 ) -> TargetConfig:
-    name = section.string("name", required=True)
-    url = section.url("url")
+    name = section.attempt(partial(section.string, "name", required=True), "")
+    url = section.attempt(partial(section.url, "url"), "")
     problem = metrics_in_base_url(url)
     if problem:
-        raise section.error("url", problem)
+        section.report("url", problem)
     labels = section.string_map("labels")
     for label in labels:
         if not _LABEL_NAME.match(label) or label.startswith("__") or label in _RESERVED_LABELS:
-            raise section.error("labels", f"{label!r} cannot be used as a label name")
+            section.report("labels", f"{label!r} cannot be used as a label name")
     kind = cast(TargetKind, section.choice("kind", "auto", TARGET_KINDS))
     metrics_path = section.string(
         "metrics_path", ENGINE_METRICS_PATHS.get(kind, DEFAULT_METRICS_PATH)
     )
     if not metrics_path.startswith("/"):
-        raise section.error("metrics_path", "must start with /")
+        section.report("metrics_path", "must start with /")
     target = TargetConfig(
         name=name,
         url=url,
@@ -314,7 +317,7 @@ def _target(
         labels=MappingProxyType(labels),
     )
     if target.timeout_seconds > target.interval_seconds:
-        raise section.error("timeout", "must not be longer than the interval")
+        section.report("timeout", "must not be longer than the interval")
     return target
 
 
@@ -336,22 +339,22 @@ def _module(
     for index, entry in enumerate(allow):
         problem = allow_rule_problem(entry)
         if problem:
-            raise section.error(f"allow[{index}]", problem)
+            section.report(f"allow[{index}]", problem)
     kind = cast(TargetKind, section.choice("kind", "auto", TARGET_KINDS))
     metrics_path = section.string(
         "metrics_path", ENGINE_METRICS_PATHS.get(kind, DEFAULT_METRICS_PATH)
     )
     if not metrics_path.startswith("/"):
-        raise section.error("metrics_path", "must start with /")
+        section.report("metrics_path", "must start with /")
     module_interval = section.duration("interval", interval, minimum=MIN_INTERVAL_SECONDS)
     module_timeout = section.duration("timeout", min(timeout, module_interval))
     if module_timeout > module_interval:
-        raise section.error("timeout", "must not be longer than the interval")
+        section.report("timeout", "must not be longer than the interval")
     forget_after = section.duration(
         "forget_after", max(DEFAULT_FORGET_AFTER_SECONDS, 4 * module_interval)
     )
     if forget_after < 2 * module_interval:
-        raise section.error("forget_after", "must be at least two intervals")
+        section.report("forget_after", "must be at least two intervals")
     probe_section = section.section("probe", _PROBE_KEYS)
     defaults = ProbeConfig(
         enabled=False,
@@ -422,31 +425,46 @@ def exporter_config_from_mapping(data: object, source: str) -> ExporterConfig:
     probe_defaults = _probe(top.section("probe", _PROBE_KEYS), ProbeConfig())
     degraded_defaults = _degraded(top.section("degraded", _DEGRADED_KEYS), DegradedConfig())
     max_payload = top.integer("max_payload_bytes", DEFAULT_MAX_PAYLOAD_BYTES, minimum=1024)
-    targets = tuple(
-        _target(section, interval, timeout, probe_defaults, degraded_defaults)
-        for section in top.sections("targets", _TARGET_KEYS)
-    )
+    targets: list[TargetConfig] = []
+    for section in top.sections("targets", _TARGET_KEYS):
+        target = top.attempt(
+            partial(_target, section, interval, timeout, probe_defaults, degraded_defaults), None
+        )
+        if target is None:
+            continue
+        if target.name in {t.name for t in targets}:
+            section.report("name", f"duplicate target name {target.name!r}")
+        targets.append(target)
     modules_section = top.raw("modules", {})
     if not isinstance(modules_section, Mapping):
-        raise top.error("modules", "expected a mapping of module names to modules")
-    modules = {
-        str(name): _module(
-            str(name),
-            Section(source, f"modules.{name}", value, _MODULE_KEYS),
-            interval,
-            timeout,
-            probe_defaults,
-            degraded_defaults,
+        top.report("modules", "expected a mapping of module names to modules")
+        modules_section = {}
+    modules: dict[str, ModuleConfig] = {}
+    for name, value in modules_section.items():
+        module_section = top.attempt(
+            partial(Section, source, f"modules.{name}", value, _MODULE_KEYS, top.problems), None
         )
-        for name, value in modules_section.items()
-    }
-    _check_module_shares(source, modules)
-    names = [target.name for target in targets]
-    for index, name in enumerate(names):
-        if name in names[:index]:
-            raise ConfigError(source, f"targets[{index}].name", f"duplicate target name {name!r}")
+        if module_section is None:
+            continue
+        module = top.attempt(
+            partial(
+                _module,
+                str(name),
+                module_section,
+                interval,
+                timeout,
+                probe_defaults,
+                degraded_defaults,
+            ),
+            None,
+        )
+        if module is not None:
+            modules[str(name)] = module
+    if modules:
+        top.attempt(lambda: _check_module_shares(source, modules), None)
+    top.finish()
     return ExporterConfig(
-        targets=targets,
+        targets=tuple(targets),
         listen_host=host,
         listen_port=port,
         max_payload_bytes=max_payload,

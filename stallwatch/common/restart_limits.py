@@ -47,15 +47,16 @@ def cooldown_auto_from(section: Section) -> CooldownAuto | None:
     auto = section.section("cooldown_auto", ("floor", "factor", "max"))
     if section.raw("cooldown") != "auto":
         if section.has("cooldown_auto"):
-            raise section.error("cooldown_auto", "only goes with cooldown: auto")
+            section.report("cooldown_auto", "only goes with cooldown: auto")
         return None
     floor = auto.duration("floor", 600.0, zero=True)
     ceiling = auto.duration("max", 7200.0)
     if ceiling < floor:
-        raise auto.error("max", "must not be shorter than floor")
+        auto.report("max", "must not be shorter than floor")
     factor = auto.raw("factor", 3.0)
     if isinstance(factor, bool) or not isinstance(factor, int | float) or not 1 <= factor <= 100:
-        raise auto.error("factor", f"expected a number from 1 to 100, got {factor!r}")
+        auto.report("factor", f"expected a number from 1 to 100, got {factor!r}")
+        factor = 3.0
     return CooldownAuto(floor=floor, factor=float(factor), max=ceiling)
 
 

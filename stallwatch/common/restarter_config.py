@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
+from types import MappingProxyType
 from typing import Literal
 from urllib.parse import urlsplit
 
-from stallwatch.common.config import ConfigError, Section, parse_listen
+from stallwatch.common.config import Section, parse_listen
 from stallwatch.common.exporter_config import metrics_in_base_url
 from stallwatch.common.kubernetes_config import (
     KUBERNETES_ACTION_KEYS,
@@ -171,32 +174,35 @@ class RestarterConfig:
         return parse_listen(self.listen)
 
 
-def _action(section: Section, files: RestarterFiles, action_timeout: float) -> Action:
-    kind = section.choice("kind", "", tuple(_ACTION_KEYS))
-    if kind == "command":
-        argv = section.raw("argv")
-        if not isinstance(argv, list):
-            raise section.error("argv", f"expected a list of strings, got {argv!r}")
-        program = section.string_list("argv", ())
-        if not program:
-            raise section.error("argv", "expected at least the program")
-        return CommandAction(argv=(files.program(section, program[0]), *program[1:]))
-    if kind == "docker":
-        stop_timeout = section.duration("stop_timeout", 30.0, zero=True)
-        if stop_timeout >= action_timeout:
-            raise section.error("stop_timeout", "must be shorter than the target's action_timeout")
-        return DockerAction(
-            container=section.string("container", required=True),
-            socket=section.string("socket", DEFAULT_DOCKER_SOCKET),
-            stop_timeout=stop_timeout,
-        )
-    if kind == "kubernetes":
-        return kubernetes_action_from(section, fixed=True)
-    if kind == "systemd":
-        unit = section.string("unit", required=True)
-        if unit.startswith("-"):
-            raise section.error("unit", "a unit name cannot start with '-'")
-        return SystemdAction(unit=unit, user=section.boolean("user", False))
+def _command_action(section: Section, files: RestarterFiles, action_timeout: float) -> Action:
+    argv = section.raw("argv")
+    if not isinstance(argv, list):
+        raise section.error("argv", f"expected a list of strings, got {argv!r}")
+    program = section.string_list("argv", ())
+    if not program:
+        raise section.error("argv", "expected at least the program")
+    return CommandAction(argv=(files.program(section, program[0]), *program[1:]))
+
+
+def _docker_action(section: Section, files: RestarterFiles, action_timeout: float) -> Action:
+    stop_timeout = section.duration("stop_timeout", 30.0, zero=True)
+    if stop_timeout >= action_timeout:
+        raise section.error("stop_timeout", "must be shorter than the target's action_timeout")
+    return DockerAction(
+        container=section.string("container", required=True),
+        socket=section.string("socket", DEFAULT_DOCKER_SOCKET),
+        stop_timeout=stop_timeout,
+    )
+
+
+def _systemd_action(section: Section, files: RestarterFiles, action_timeout: float) -> Action:
+    unit = section.string("unit", required=True)
+    if unit.startswith("-"):
+        raise section.error("unit", "a unit name cannot start with '-'")
+    return SystemdAction(unit=unit, user=section.boolean("user", False))
+
+
+def _http_action(section: Section, files: RestarterFiles, action_timeout: float) -> Action:
     method = section.string("method", "POST").upper()
     if method not in HTTP_METHODS:
         raise section.error("method", f"expected one of {', '.join(HTTP_METHODS)}")
@@ -207,13 +213,45 @@ def _action(section: Section, files: RestarterFiles, action_timeout: float) -> A
     )
 
 
-_ACTION_KEYS: dict[str, tuple[str, ...]] = {
-    "command": ("kind", "argv"),
-    "docker": ("kind", "container", "socket", "stop_timeout"),
-    "systemd": ("kind", "unit", "user"),
-    "http": ("kind", "url", "method", "bearer_token_file"),
-    "kubernetes": KUBERNETES_ACTION_KEYS,
-}
+def _kubernetes_action(section: Section, files: RestarterFiles, action_timeout: float) -> Action:
+    return kubernetes_action_from(section, fixed=True)
+
+
+@dataclass(frozen=True)
+class ActionSpec:
+    """One kind of restart action in the config: the keys its mapping takes and its parser."""
+
+    keys: tuple[str, ...]
+    parse: Callable[[Section, RestarterFiles, float], Action]
+
+
+# Every action kind a target may name. The restarter's runners (`restarter/actions.py`) have
+# one entry a kind too; a unit test holds the two tables to the same keys.
+ACTION_KINDS: Mapping[str, ActionSpec] = MappingProxyType(
+    {
+        "command": ActionSpec(("kind", "argv"), _command_action),
+        "docker": ActionSpec(("kind", "container", "socket", "stop_timeout"), _docker_action),
+        "systemd": ActionSpec(("kind", "unit", "user"), _systemd_action),
+        "http": ActionSpec(("kind", "url", "method", "bearer_token_file"), _http_action),
+        "kubernetes": ActionSpec(KUBERNETES_ACTION_KEYS, _kubernetes_action),
+    }
+)
+
+
+def _action(section: Section, files: RestarterFiles, action_timeout: float) -> Action:
+    """The target's `action`: its kind looked up in ACTION_KINDS, then parsed by that kind."""
+    raw = section.required("action")
+    if not isinstance(raw, Mapping):
+        raise section.error("action", f"expected a mapping, got {type(raw).__name__}")
+    kind = raw.get("kind")
+    spec = ACTION_KINDS.get(kind) if isinstance(kind, str) else None
+    if spec is None:
+        kinds = ", ".join(ACTION_KINDS)
+        raise section.error("action.kind", f"expected one of {kinds}, got {kind!r}")
+    action_section = section.section("action", spec.keys)
+    return spec.parse(action_section, files, action_timeout)
+
+
 _TARGET_KEYS = (
     "name",
     "url",
@@ -254,7 +292,7 @@ def _metrics_url(section: Section, warnings: list[str]) -> str:
             f"in 0.3): write {hint} instead, as in the exporter's targets"
         )
         return metrics_url
-    url = section.url("url")
+    url = section.attempt(partial(section.url, "url"), "")
     problem = metrics_in_base_url(url)
     if problem:
         raise section.error("url", problem)
@@ -266,32 +304,32 @@ def _metrics_url(section: Section, warnings: list[str]) -> str:
 
 def _target(
     section: Section, files: RestarterFiles, warnings: list[str], restart_after: float
-) -> Target:
-    name = section.string("name", required=True)
-    metrics_url = _metrics_url(section, warnings)
+) -> Target | None:
+    """The target, or None when a part of it could not be built (its errors are recorded)."""
+    name = section.attempt(partial(section.string, "name", required=True), "")
+    metrics_url = section.attempt(partial(_metrics_url, section, warnings), "")
     action_timeout = section.duration("action_timeout", 120.0)
-    raw_action = section.required("action")
-    kind = raw_action.get("kind") if isinstance(raw_action, dict) else None
-    if isinstance(raw_action, dict) and kind not in _ACTION_KEYS:
-        kinds = ", ".join(_ACTION_KEYS)
-        raise section.error("action.kind", f"expected one of {kinds}, got {kind!r}")
-    keys = _ACTION_KEYS[kind] if isinstance(kind, str) else ("kind",)
-    action = _action(section.section("action", keys), files, action_timeout)
+    action = section.attempt(partial(_action, section, files, action_timeout), None)
     budget = section.section("budget", BUDGET_KEYS)
     cooldown_auto = cooldown_auto_from(section)
+    cooldown = (
+        cooldown_auto.floor
+        if cooldown_auto is not None
+        else section.duration("cooldown", 600.0, zero=True)
+    )
+    limits = budget_from(budget)
+    restart_window = restart_after_from(section, restart_after)
+    if action is None:
+        return None
     return Target(
         name=name,
         metrics_url=metrics_url,
         action=action,
-        cooldown=(
-            cooldown_auto.floor
-            if cooldown_auto is not None
-            else section.duration("cooldown", 600.0, zero=True)
-        ),
+        cooldown=cooldown,
         cooldown_auto=cooldown_auto,
-        budget=budget_from(budget),
+        budget=limits,
         action_timeout=action_timeout,
-        restart_after=restart_after_from(section, restart_after),
+        restart_after=restart_window,
     )
 
 
@@ -324,23 +362,23 @@ def restarter_config_from_mapping(data: object, source: str, base_dir: Path) -> 
     files = RestarterFiles(base_dir)
     top.listen("listen", DEFAULT_LISTEN)  # checked here; the config keeps the text as written
     insecure = top.boolean("insecure_no_auth", False)
-    token = files.token(top, "token_file")
+    token = top.attempt(partial(files.token, top, "token_file"), "")
     if token is None and not insecure:
-        raise top.error("token_file", "is required (or set insecure_no_auth: true)")
-    cert = files.existing_file(top, "tls_cert_file")
-    key = files.existing_file(top, "tls_key_file")
-    if (cert is None) != (key is None):
-        raise top.error("tls_cert_file", "tls_cert_file and tls_key_file go together")
+        top.report("token_file", "is required (or set insecure_no_auth: true)")
+    cert = top.attempt(partial(files.existing_file, top, "tls_cert_file"), "")
+    key = top.attempt(partial(files.existing_file, top, "tls_key_file"), "")
+    if "" not in (cert, key) and (cert is None) != (key is None):  # "": already refused
+        top.report("tls_cert_file", "tls_cert_file and tls_key_file go together")
     confirm = top.section("confirm", ("gap", "timeout", "idle_confirms", "hung_confirms"))
     fleet = top.section("fleet_window", ("max_targets", "window"))
     mass = top.section("mass_stall", ("max_percent", "min_stalled", "window"))
     breaker = top.section("breaker", ("on_mass_stall", "failed_actions"))
     max_percent = mass.integer("max_percent", 50, minimum=1)
     if max_percent > 100:
-        raise mass.error("max_percent", "expected a percentage from 1 to 100 (100: never)")
+        mass.report("max_percent", "expected a percentage from 1 to 100 (100: never)")
     config = RestarterConfig(
         targets=(),
-        journal=files.journal(top, "journal"),
+        journal=top.attempt(partial(files.journal, top, "journal"), ""),
         listen=top.string("listen", DEFAULT_LISTEN),
         token=token,
         insecure_no_auth=insecure,
@@ -375,15 +413,17 @@ def restarter_config_from_mapping(data: object, source: str, base_dir: Path) -> 
     )
     targets: list[Target] = []
     warnings: list[str] = []
-    rules = pod_rules_from(top, config.restart_after)
-    kubernetes = kubernetes_settings_from(top, files)
-    for index, section in enumerate(top.sections("targets", _TARGET_KEYS, required=not rules)):
-        target = _target(section, files, warnings, config.restart_after)
+    parsed_rules = top.attempt(partial(pod_rules_from, top, config.restart_after), None)
+    rules = parsed_rules or ()
+    kubernetes = top.attempt(partial(kubernetes_settings_from, top, files), None)
+    for section in top.sections("targets", _TARGET_KEYS, required=parsed_rules == ()):
+        target = top.attempt(partial(_target, section, files, warnings, config.restart_after), None)
+        if target is None:
+            continue
         if target.name in {t.name for t in targets}:
-            raise ConfigError(
-                source, f"targets[{index}].name", f"duplicate target name {target.name!r}"
-            )
+            section.report("name", f"duplicate target name {target.name!r}")
         targets.append(target)
+    top.finish()
     uses_kubernetes = bool(rules) or any(
         isinstance(target.action, KubernetesAction) for target in targets
     )

@@ -200,6 +200,38 @@ def _without_progress(
     return State.STALLED, "work present and no progress signal moved", False
 
 
+def still_loading(sample: EngineSample) -> bool:
+    """Whether the engine publishes none of the series a loaded engine of its kind does."""
+    roles = sample.profile.loaded_when
+    return bool(roles) and all(getattr(sample, role) is None for role in roles)
+
+
+def inflight_work(
+    previous: EngineSample, current: EngineSample, inflight: float | None, elapsed: float
+) -> bool:
+    """Whether generation requests in flight at the HTTP layer are work the engine has, though
+    its work gauges read 0: they are (the gauges lag) when the engine's idle-loop counter, in
+    both reads, did not move, so its loop did not turn idle in between. Reads closer together
+    than the counter is flushed prove nothing."""
+    profile = current.profile
+    if profile.inflight is None or inflight is None or inflight <= 0:
+        return False
+    if elapsed < profile.idle_loop_flush_seconds:
+        return False
+    before, now = previous.idle_loop, current.idle_loop
+    return before is not None and now is not None and now == before
+
+
+def _work_ended(previous: EngineSample, current: EngineSample, inflight: float | None) -> bool:
+    """Whether the work that moved the counters, which lagging gauges never showed, is over
+    by this read: nothing in flight at the HTTP layer now, or, where the engine publishes no
+    such count, its idle loop turned since the last read (an idle test request's own forward
+    passes, a short request that came and went)."""
+    if current.profile.inflight is not None and inflight is not None:
+        return inflight == 0
+    return _moved(previous.idle_loop, current.idle_loop)
+
+
 def idle_unproven(
     previous: EngineSample | None, current: EngineSample, inflight: float | None
 ) -> str:
@@ -213,6 +245,8 @@ def idle_unproven(
     profile = current.profile
     if profile.idle_unprovable:
         return profile.idle_unprovable
+    if still_loading(current):
+        return profile.loading
     if profile.inflight is None or inflight is None or inflight <= 0:
         return ""
     if previous is not None and _moved(previous.idle_loop, current.idle_loop):
@@ -249,9 +283,15 @@ def classify_engine(
         return verdict(State.IDLE, "no work on the first read", probe_needed=True)
     moved = _progress_signals(previous, current)
     completed = _moved(previous.requests_completed, current.requests_completed)
-    if has_work:
-        if (current.running or 0.0) + (current.waiting or 0.0) == 0:
-            names = current.profile.role_names
+    in_flight = not has_work and inflight_work(previous, current, inflight, elapsed)
+    if has_work or in_flight:
+        names = current.profile.role_names
+        if in_flight:
+            work = (
+                f"{inflight:g} generation request(s) in flight at the HTTP layer and "
+                f"{names['idle_loop']} flat, the work gauges at 0"
+            )
+        elif (current.running or 0.0) + (current.waiting or 0.0) == 0:
             shown = f"{names['forwards_started']} - {names['steps']}"
             work = f"a forward in flight ({shown}), the work gauges at 0"
         else:
@@ -264,13 +304,14 @@ def classify_engine(
         return verdict(state, reason, probe_needed=probe)
     lag = current.profile.work_gauge_lag
     live = [name for name in moved if current.role_of(name) != "requests_completed"]
-    if lag and live:
+    if lag and live and not _work_ended(previous, current, inflight):
         reason = f"no work reported, but {lag}; moved: {', '.join(live)}"
         return verdict(State.BUSY, reason, progressed=True, completed=completed)
     if moved or completed:
+        done = "requests completed" if completed else "the engine worked and is done"
         return verdict(
             State.IDLE,
-            "no work; requests completed since the last read",
+            f"no work; {done} since the last read",
             progressed=True,
             completed=completed,
         )

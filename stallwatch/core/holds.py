@@ -37,18 +37,29 @@ class Hold:
 NO_HOLDS: Mapping[str, Hold] = MappingProxyType({})
 
 
+def folded(holds: Mapping[str, Hold], events: Iterable[HoldEvent]) -> Mapping[str, Hold]:
+    """`holds` with later hold rows applied (oldest first): the latest hold of each target,
+    unless a release came after it. Holds that ran out are kept; `in_force` leaves them out."""
+    result = dict(holds)
+    for event in events:
+        if event.kind == "hold_released":
+            result.pop(event.target, None)
+        else:
+            result[event.target] = Hold(
+                event.target, event.time, event.time + event.duration, event.detail
+            )
+    return MappingProxyType(result)
+
+
+def in_force(holds: Mapping[str, Hold], now: float) -> Mapping[str, Hold]:
+    """The holds of `holds` in force at `now`, by target."""
+    return MappingProxyType({name: hold for name, hold in holds.items() if hold.active(now)})
+
+
 def current_holds(events: Iterable[HoldEvent], now: float) -> Mapping[str, Hold]:
     """The holds in force at `now`, by target: the latest hold of each target, unless it ran out
     or a release came after it (events oldest first)."""
-    holds: dict[str, Hold] = {}
-    for event in events:
-        if event.kind == "hold_released":
-            holds.pop(event.target, None)
-        else:
-            holds[event.target] = Hold(
-                event.target, event.time, event.time + event.duration, event.detail
-            )
-    return MappingProxyType({name: hold for name, hold in holds.items() if hold.active(now)})
+    return in_force(folded(NO_HOLDS, events), now)
 
 
 def hold_refusal(duration: float, max_hold: float) -> str | None:

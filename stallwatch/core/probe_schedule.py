@@ -70,3 +70,38 @@ def no_room(remembered: int, in_module: int, *, max_targets: int, module_max: in
     if remembered >= max_targets:
         return "too_many_targets"
     return ""
+
+
+# A `/probe` read ends this long before the scrape's deadline (as blackbox_exporter's
+# --timeout-offset), so the answer reaches Prometheus in time; its requests each end half of it
+# (a tenth of the read, if less) earlier still, so a server that never answers is judged (hung)
+# before the read is cut.
+SCRAPE_TIMEOUT_OFFSET_SECONDS = 0.5
+
+
+@dataclass(frozen=True)
+class ReadBudget:
+    """How long one `/probe` read may take, from Prometheus' scrape timeout."""
+
+    scrape_timeout: float
+    requests: float  # each request of the read (the idle test request excepted) at most
+    read: float  # the whole read at most; then it is cut, with no verdict
+
+
+def read_budget(header: str | None) -> ReadBudget | None:
+    """The budget `X-Prometheus-Scrape-Timeout-Seconds` gives a read (None: no header).
+
+    Raises ValueError for a header that is not a positive number of seconds.
+    """
+    if header is None:
+        return None
+    try:
+        scrape_timeout = float(header)
+    except ValueError:
+        raise ValueError(f"expected a number of seconds, got {header!r}") from None
+    if not math.isfinite(scrape_timeout) or scrape_timeout <= 0:
+        raise ValueError(f"expected a positive number of seconds, got {header!r}")
+    # A short scrape keeps half its time for the read, whatever the offset.
+    read = max(scrape_timeout - SCRAPE_TIMEOUT_OFFSET_SECONDS, scrape_timeout / 2)
+    requests = read - min(SCRAPE_TIMEOUT_OFFSET_SECONDS / 2, read / 10)
+    return ReadBudget(scrape_timeout=scrape_timeout, requests=requests, read=read)

@@ -54,7 +54,7 @@ def parse_exporter_metrics(text: str) -> dict[str, TargetView]:
     scalar: dict[str, tuple[str, Callable[[float], Any]]] = {
         "stallwatch_target_state_polls": ("state_polls", int),
         "stallwatch_polls_total": ("polls", int),
-        "stallwatch_probe_requests_total": ("probes", int),
+        "stallwatch_test_requests_total": ("probes", int),
         "stallwatch_target_up": ("up", lambda v: v == 1),
         "stallwatch_requests_running": ("running", float),
         "stallwatch_requests_waiting": ("waiting", float),

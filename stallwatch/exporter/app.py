@@ -26,6 +26,7 @@ from stallwatch import USER_AGENT
 from stallwatch.common.config import ConfigError
 from stallwatch.common.config_files import load_exporter_config
 from stallwatch.common.exporter_config import ExporterConfig
+from stallwatch.core.probe_schedule import read_budget
 from stallwatch.exporter.collector import ExporterCollector
 from stallwatch.exporter.gate import ConnectionGate, RequestsSeen, cap_for_open_files
 from stallwatch.exporter.multitarget import ProbeCollector, ProbeService
@@ -38,6 +39,8 @@ SERVICE_KEY = web.AppKey("service", ExporterService)
 REGISTRY_KEY = web.AppKey("registry", CollectorRegistry)
 CONFIG_PATH_KEY = web.AppKey("config_path", Path)
 REQUESTS_SEEN_KEY = web.AppKey("requests_seen", RequestsSeen)
+# What Prometheus sends with every scrape: its scrape_timeout, in seconds.
+SCRAPE_TIMEOUT_HEADER = "X-Prometheus-Scrape-Timeout-Seconds"
 
 
 class ListenError(Exception):
@@ -90,11 +93,21 @@ def _probes(service: ExporterService) -> ProbeService:
 
 
 async def handle_probe(request: web.Request) -> web.Response:
-    """`GET /probe?target=URL&module=NAME`: the target's series, read now or from memory."""
+    """`GET /probe?target=URL&module=NAME[&debug=true]`: the target's series, read now or from
+    memory, within the scrape's timeout; with `debug=true`, one read's steps as plain text."""
     probes = _probes(request.app[SERVICE_KEY])
     module = request.query.get("module", "")
     target = request.query.get("target", "")
-    answer = await probes.probe(module, target)
+    try:
+        budget = read_budget(request.headers.get(SCRAPE_TIMEOUT_HEADER))
+    except ValueError as error:
+        return web.Response(status=400, text=f"probe refused: {SCRAPE_TIMEOUT_HEADER}: {error}\n")
+    if request.query.get("debug", "false").lower() == "true":
+        debug = await probes.debug(module, target, budget)
+        if isinstance(debug, str):
+            return web.Response(text=debug)
+        return web.Response(status=debug.status, text=f"probe refused: {debug.detail}\n")
+    answer = await probes.probe(module, target, budget)
     if answer.target is None or answer.history is None:
         return web.Response(status=answer.status, text=f"probe refused: {answer.detail}\n")
     return web.Response(body=answer.body, headers={"Content-Type": CONTENT_TYPE_LATEST})

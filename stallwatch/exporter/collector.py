@@ -115,12 +115,21 @@ class ExporterCollector(Collector):
             "stallwatch_restarts_detected",
             "Restarts of the server seen between two reads (new start time or a counter reset).",
         )
-        probes = out.counter(
-            "stallwatch_probe_requests",
-            "Test requests sent; only ever to a server with no work and nothing completed.",
+        test_requests = out.counter(
+            "stallwatch_test_requests",
+            "Idle test requests sent; only ever to a server with no work and nothing completed.",
         )
-        probe_failures = out.counter(
-            "stallwatch_probe_failures", "Test requests that failed or timed out."
+        test_request_failures = out.counter(
+            "stallwatch_test_request_failures", "Idle test requests that failed or timed out."
+        )
+        # The names before 0.2 ("probe" is /probe's word): published until 0.3.
+        old_test_requests = out.counter(
+            "stallwatch_probe_requests",
+            "Deprecated, removed in 0.3: stallwatch_test_requests_total, old name.",
+        )
+        old_test_request_failures = out.counter(
+            "stallwatch_probe_failures",
+            "Deprecated, removed in 0.3: stallwatch_test_request_failures_total, old name.",
         )
         stall = out.gauge(
             "stallwatch_target_stall_seconds",
@@ -200,8 +209,12 @@ class ExporterCollector(Collector):
             _maybe(last_poll, target.name, values, history.last_poll_at)
             _maybe(poll_duration, target.name, values, history.last_poll_duration_seconds)
             restarts.add_metric([target.name, *values], history.restarts_detected)
-            probes.add_metric([target.name, *values], history.probe_requests)
-            probe_failures.add_metric([target.name, *values], history.probe_failures)
+            for sent, failed in (
+                (test_requests, test_request_failures),
+                (old_test_requests, old_test_request_failures),
+            ):
+                sent.add_metric([target.name, *values], history.probe_requests)
+                failed.add_metric([target.name, *values], history.probe_failures)
             polls.add_metric([target.name, *values], history.polls)
             stall.add_metric([target.name, *values], history.stall_seconds)
             recovered.add_metric([target.name, *values], history.recovered_stalls)

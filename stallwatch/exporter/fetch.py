@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
 from typing import Any, Literal
 
 import aiohttp
@@ -24,16 +23,19 @@ from stallwatch.common.exporter_config import ProbeEndpoint
 from stallwatch.core.engines import AUTO, PROFILES, model_owners
 from stallwatch.core.engines.llamacpp import START_HEADER
 from stallwatch.core.engines.profile import faulted_engines
+from stallwatch.core.poll_plan import (
+    TEST_PATHS,
+    ModelsAnswer,
+    ProbeResult,
+    ReadResult,
+    join_url,
+)
 from stallwatch.core.reading import Reading, parse_reading, with_start_marker
 from stallwatch.exporter.offload import run_sized
 
 DEFAULT_MAX_BYTES = 8 * 1024 * 1024
 # llama.cpp sends its process start (monotonic microseconds) in this header of /metrics.
 START_MARKER_HEADER = START_HEADER
-# Statuses of a server that is up but publishes no metrics (Ollama: 404; llama.cpp without
-# --metrics: 501).
-NO_METRICS_STATUSES = frozenset({404, 501})
-TEST_PATHS: dict[str, str] = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 # A `/metrics` read that has not connected within this share of its timeout could not connect
 # (`connection`: down); one that connected and got no answer in the whole timeout is `timeout`
 # (hung). A kernel completes the handshake for a listening socket whatever its process does.
@@ -41,36 +43,9 @@ CONNECT_SHARE_OF_TIMEOUT = 0.5
 # How much of a redirect's Location a detail repeats.
 MAX_LOCATION_SHOWN = 200
 
-ErrorReason = Literal["timeout", "connection", "http_status", "too_large", "parse"]
-
-
-@dataclass(frozen=True)
-class ReadResult:
-    """A reading, or why there is none."""
-
-    reading: Reading | None
-    error_reason: ErrorReason | None = None
-    detail: str = ""
-    status: int | None = None
-    payload_bytes: int = 0  # the size of the body read
-
-    @property
-    def ok(self) -> bool:
-        return self.reading is not None
-
-
-@dataclass(frozen=True)
-class ProbeResult:
-    succeeded: bool
-    detail: str
-
 
 def default_headers() -> dict[str, str]:
     return {"User-Agent": USER_AGENT}
-
-
-def join_url(base: str, path: str) -> str:
-    return base.rstrip("/") + path
 
 
 def redirect_detail(response: aiohttp.ClientResponse) -> str | None:
@@ -148,23 +123,6 @@ def _parse(body: bytes, taken_at: float, kind: str, marker: str | None) -> Readi
     return with_start_marker(reading, marker)
 
 
-@dataclass(frozen=True)
-class ModelsAnswer:
-    """What `GET /v1/models` said: its status and the cards' `owned_by`, or why it said nothing.
-
-    `error_reason` is `connection` (not connected within half the timeout, refused, reset) or
-    `timeout` (connected, no answer in time): the server is down or hung, and nothing else is
-    read; `http_status` is a redirect (never followed): the server cannot be read, and is down.
-    Any other answer, whatever its status, is an answer.
-    """
-
-    status: int | None = None
-    owners: tuple[str, ...] = ()
-    listed: bool = False  # 200 with a model list
-    error_reason: Literal["timeout", "connection", "http_status"] | None = None
-    detail: str = ""
-
-
 async def ask_models(
     session: aiohttp.ClientSession, base_url: str, *, timeout: float
 ) -> ModelsAnswer:
@@ -223,12 +181,6 @@ def probe_request(
         body["prompt"] = "ping"
     body.update(max_tokens=1, temperature=0)
     return TEST_PATHS[endpoint], body
-
-
-def allows_test_request(engine_kind: str | None, endpoint: ProbeEndpoint) -> bool:
-    """Whether the engine's profile marks the test request's path safe (unknown engine: yes)."""
-    profile = PROFILES.get(engine_kind or "")
-    return profile is None or TEST_PATHS[endpoint] in profile.test_paths
 
 
 async def engine_sleeps(

@@ -3,12 +3,15 @@
 One entry per (module, target URL), created on the first allowed `/probe` and forgotten when
 no `/probe` asked for it in the module's `forget_after`. A `/probe` in the same read slot as
 the last read answers from memory (`core.probe_schedule`); concurrent `/probe`s of one target
-await one shared read, which a scrape that times out does not cancel.
+await one shared read, which a scrape that gives up does not cancel. With Prometheus' scrape
+timeout (`X-Prometheus-Scrape-Timeout-Seconds`) a read never outlives the scrape: its requests
+time out within it, and a read still going at its end is cut, with no verdict.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import Counter
@@ -36,9 +39,18 @@ from stallwatch.common.exporter_config import (
     module_max_targets,
 )
 from stallwatch.core.history import TargetHistory
-from stallwatch.core.probe_schedule import ReadClock, after_read, forgotten, no_room, read_due
+from stallwatch.core.probe_schedule import (
+    SCRAPE_TIMEOUT_OFFSET_SECONDS,
+    ReadBudget,
+    ReadClock,
+    after_read,
+    forgotten,
+    no_room,
+    read_due,
+)
 from stallwatch.exporter.collector import ExporterCollector
 from stallwatch.exporter.poll import poll_once
+from stallwatch.exporter.probe_debug import DebugPoll, debug_poll, debug_text
 from stallwatch.exporter.service import ReloadStatus
 
 log = logging.getLogger("stallwatch.exporter")
@@ -113,6 +125,7 @@ class ProbeService:
         self.per_module: Counter[str] = Counter()  # entries, by module
         self.refused: Counter[tuple[str, str]] = Counter()
         self.reads = 0
+        self.reads_cut = 0
         self.answers_from_memory = 0
         self.forgotten = 0
         self._config = config
@@ -138,22 +151,18 @@ class ProbeService:
         self.refused[(module, reason)] += 1
         return ProbeAnswer(refused=reason, detail=detail, status=status)
 
-    async def probe(self, module_name: str, target_text: str) -> ProbeAnswer:
-        """Answer one `/probe`: refuse it, read the target, or answer from memory."""
-        module = self._config.modules.get(module_name)
-        if module is None:
-            known = ", ".join(sorted(self._config.modules)) or "none configured"
-            return self.refuse("", "unknown_module", f"unknown module {module_name!r} ({known})")
-        try:
-            target = parse_target(target_text)
-        except TargetError as error:
-            return self.refuse(module_name, "bad_target", str(error))
-        if not allowed(target, self._rules[module_name]):
-            return self.refuse(
-                module_name,
-                "not_allowed",
-                f"{target.host}:{target.port} is not in module {module_name}'s allow list",
-            )
+    async def probe(
+        self, module_name: str, target_text: str, budget: ReadBudget | None = None
+    ) -> ProbeAnswer:
+        """Answer one `/probe`: refuse it, read the target, or answer from memory.
+
+        With a `budget` (the scrape's timeout), the answer comes within it: from the read, or
+        from memory when the read was cut or another `/probe`'s read is still going.
+        """
+        checked = self.check(module_name, target_text)
+        if isinstance(checked, ProbeAnswer):
+            return checked
+        module, target = checked
         now = self.clock()
         self._forget_idle(now)
         key = (module_name, target.url)
@@ -174,17 +183,73 @@ class ProbeService:
                 return self.refuse(module_name, reason, detail, status=503)
             entry = self._remember(key, module, target, target_text)
         entry.last_asked_at = now
+        wait = budget.read if budget is not None else None
         if entry.reading is not None:
-            await asyncio.shield(entry.reading)  # another `/probe` is reading it: share that read
+            # Another `/probe` is reading it: share that read, for as long as this scrape waits.
+            # asyncio.wait never cancels it, nor does this handler's own cancellation.
+            await asyncio.wait({entry.reading}, timeout=wait)
             self.answers_from_memory += 1
             return ProbeAnswer(entry.target, entry.history, entry.body(target_text))
         if not read_due(entry.clock, now, module.interval_seconds):
             self.answers_from_memory += 1
             return ProbeAnswer(entry.target, entry.history, entry.body(target_text))
         entry.clock = after_read(entry.clock, now, module.interval_seconds)
-        entry.reading = asyncio.create_task(self._read(entry))
-        await asyncio.shield(entry.reading)
+        entry.reading = asyncio.create_task(self._read(entry, budget))
+        await asyncio.wait({entry.reading}, timeout=wait)
         return ProbeAnswer(entry.target, entry.history, entry.body(target_text), read=True)
+
+    async def debug(
+        self, module_name: str, target_text: str, budget: ReadBudget | None = None
+    ) -> str | ProbeAnswer:
+        """`/probe?debug=true`: one read now, step by step (or the refusal).
+
+        It polls from the target's last reading, keeps nothing (no entry, no history), never
+        sends the idle test request, and ends within the scrape's budget like any read.
+        """
+        checked = self.check(module_name, target_text)
+        if isinstance(checked, ProbeAnswer):
+            return checked
+        module, target = checked
+        entry = self.entries.get((module_name, target.url))
+        history = entry.history if entry is not None else TargetHistory()
+        config = module.target(target_text, target.url)
+        poll = DebugPoll()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(budget.read if budget is not None else None):
+                await debug_poll(
+                    self.session,
+                    within(config, budget),
+                    history,
+                    max_payload_bytes=self._config.max_payload_bytes,
+                    into=poll,
+                )
+        after = (
+            history.advance(poll.outcome, config.degraded) if poll.outcome is not None else history
+        )
+        body = render_answer(config, after)
+        return debug_text(
+            module_name, within(config, budget), history, budget, poll, body, time.time()
+        )
+
+    def check(
+        self, module_name: str, target_text: str
+    ) -> tuple[ModuleConfig, ProbeTarget] | ProbeAnswer:
+        """The module and the target a `/probe` names, or its refusal (counted)."""
+        module = self._config.modules.get(module_name)
+        if module is None:
+            known = ", ".join(sorted(self._config.modules)) or "none configured"
+            return self.refuse("", "unknown_module", f"unknown module {module_name!r} ({known})")
+        try:
+            target = parse_target(target_text)
+        except TargetError as error:
+            return self.refuse(module_name, "bad_target", str(error))
+        if not allowed(target, self._rules[module_name]):
+            return self.refuse(
+                module_name,
+                "not_allowed",
+                f"{target.host}:{target.port} is not in module {module_name}'s allow list",
+            )
+        return module, target
 
     def _remember(
         self, key: tuple[str, str], module: ModuleConfig, target: ProbeTarget, label: str
@@ -198,14 +263,29 @@ class ProbeService:
         """The most targets module `name` remembers at once (its share of `max_targets`)."""
         return module_max_targets(self._config.modules, name, self.max_targets)
 
-    async def _read(self, entry: _Entry) -> None:
+    async def _read(self, entry: _Entry, budget: ReadBudget | None) -> None:
         try:
-            outcome = await poll_once(
-                self.session,
-                entry.target,
-                entry.history.baseline,
-                max_payload_bytes=self._config.max_payload_bytes,
-                last_proven_alive_at=entry.history.last_proven_alive_at,
+            async with asyncio.timeout(budget.read if budget is not None else None):
+                outcome = await poll_once(
+                    self.session,
+                    within(entry.target, budget),
+                    entry.history.baseline,
+                    max_payload_bytes=self._config.max_payload_bytes,
+                    last_proven_alive_at=entry.history.last_proven_alive_at,
+                )
+        except TimeoutError:
+            if budget is None:  # not the scrape's deadline: a bug in the read
+                log.exception("probe of %s failed", entry.target.url)
+                return
+            self.reads_cut += 1
+            log.warning(
+                "probe of %s cut at the scrape's deadline (%.3g s of a %.3g s scrape timeout)"
+                " with no verdict: the scrape timeout must exceed the module's timeout plus"
+                " its test request's timeout plus %.3g s",
+                entry.target.url,
+                budget.read,
+                budget.scrape_timeout,
+                SCRAPE_TIMEOUT_OFFSET_SECONDS,
             )
         except Exception:  # a bug in one read must not fail every later `/probe`
             log.exception("probe of %s failed", entry.target.url)
@@ -246,6 +326,17 @@ class ProbeService:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def within(target: TargetConfig, budget: ReadBudget | None) -> TargetConfig:
+    """The target with each read's timeout cut to the scrape's budget.
+
+    The idle test request keeps its own timeout: a healthy server given less time could fail it
+    and read unresponsive. A read still waiting for it at the scrape's deadline is cut instead.
+    """
+    if budget is None or target.timeout_seconds <= budget.requests:
+        return target
+    return replace(target, timeout_seconds=budget.requests)
 
 
 def render_answer(target: TargetConfig, history: TargetHistory) -> bytes:
@@ -301,6 +392,12 @@ class ProbeCollector(Collector):
             "stallwatch_probe_reads",
             "/probe requests that read their target.",
             value=probes.reads,
+        )
+        yield CounterMetricFamily(
+            "stallwatch_probe_reads_cut",
+            "/probe reads cut at the scrape's deadline (X-Prometheus-Scrape-Timeout-Seconds) "
+            "before their verdict; the scrape was answered with the last one.",
+            value=probes.reads_cut,
         )
         yield CounterMetricFamily(
             "stallwatch_probe_answers_from_memory",

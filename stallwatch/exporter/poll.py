@@ -1,60 +1,61 @@
-"""One poll of one target: identify it (`kind: auto`), read, classify, and send the idle test
-request only when due.
-
-`kind: auto` asks `GET /v1/models` (safe on every engine) before it reads any metrics path,
-whenever the previous poll gave no reading of a known engine: its cards' `owned_by` name the
-engine, and a path that engine's profile marks unsafe (trtllm-serve's `/metrics`) is never read.
-"""
+"""One poll of one target, driven: the core's plan (`core/poll_plan.py`) decides every step and
+the outcome; this module performs each step over HTTP and times the whole. Work on a big
+payload (classifying it, settling a test request on it) runs off the event loop."""
 
 from __future__ import annotations
 
 import time
+from typing import assert_never
 
 import aiohttp
 
 from stallwatch.common.exporter_config import TargetConfig
-from stallwatch.core.classify import (
-    State,
-    Verdict,
-    classify,
-    down,
-    held_by_engine_fault_tolerance,
-    hung,
-    with_probe_result,
-)
-from stallwatch.core.engines import AUTO, auto_metrics_path, identify
 from stallwatch.core.history import PollOutcome
-from stallwatch.core.probe import probe_deferred, probe_due, settle_probe
-from stallwatch.core.reading import Reading, known_engine
-from stallwatch.exporter.fetch import (
-    NO_METRICS_STATUSES,
-    ModelsAnswer,
+from stallwatch.core.poll_plan import (
+    AskFaults,
+    AskModels,
+    AskSleeps,
+    PollResult,
+    ReadMetrics,
     ReadResult,
-    allows_test_request,
+    SendTestRequest,
+    Step,
+    advance,
+    poll_plan,
+)
+from stallwatch.core.reading import Reading
+from stallwatch.exporter.fetch import (
     ask_models,
     engine_faults,
     engine_sleeps,
-    join_url,
-    models_answer,
     read_metrics,
     send_probe,
 )
 from stallwatch.exporter.offload import run_sized
 
 
-def unread_verdict(read: ReadResult) -> Verdict:
-    """The state of a server whose `/metrics` gave no reading: hung when it connected and got
-    no answer in time, down otherwise (not connected, or an answer that is no reading)."""
-    if read.error_reason == "timeout":
-        return hung(f"/metrics: {read.detail}")
-    return down(f"/metrics: {read.detail}")
-
-
-async def _poll_proxy(session: aiohttp.ClientSession, target: TargetConfig) -> Verdict:
-    models = await ask_models(session, target.url, timeout=target.timeout_seconds)
-    if models.listed:
-        return Verdict(State.NO_METRICS, "proxy: /v1/models answered; backends are read directly")
-    return down(f"proxy: /v1/models did not answer ({models.detail})")
+async def perform(
+    session: aiohttp.ClientSession, target: TargetConfig, step: Step, *, max_payload_bytes: int
+) -> object:
+    """Do what `step` asks of `target`; the answer the plan expects for it."""
+    timeout = target.timeout_seconds
+    match step:
+        case AskModels():
+            return await ask_models(session, target.url, timeout=timeout)
+        case ReadMetrics(url=url):
+            return await read_metrics(
+                session, url, timeout=timeout, max_bytes=max_payload_bytes, kind=target.kind
+            )
+        case AskFaults(engine_kind=kind):
+            return await engine_faults(session, target.url, kind, timeout=timeout)
+        case AskSleeps(engine_kind=kind):
+            return await engine_sleeps(session, target.url, kind, timeout=timeout)
+        case SendTestRequest(model=model, endpoint=endpoint, timeout_seconds=probe_timeout):
+            return await send_probe(
+                session, target.url, model=model, endpoint=endpoint, timeout=probe_timeout
+            )
+        case _:
+            assert_never(step)
 
 
 async def poll_once(
@@ -65,144 +66,22 @@ async def poll_once(
     max_payload_bytes: int,
     last_proven_alive_at: float | None = None,
 ) -> PollOutcome:
-    """Read the target once and decide its state; never raises for a misbehaving server.
-
-    `last_proven_alive_at` (the target's history) holds back a test request that is not due
-    yet; without it, every poll that asks for one sends it.
-    """
+    """Read the target once and decide its state; never raises for a misbehaving server."""
     started = time.monotonic()
-    started_at = time.time()
-
-    def outcome(
-        verdict: Verdict,
-        reading: Reading | None,
-        *,
-        probes_sent: int = 0,
-        probes_failed: int = 0,
-        error_reason: str | None = None,
-        held_back: bool = False,
-    ) -> PollOutcome:
-        return PollOutcome(
-            verdict=verdict,
-            reading=reading,
-            finished_at=time.time(),
-            duration_seconds=time.monotonic() - started,
-            probes_sent=probes_sent,
-            probes_failed=probes_failed,
-            error_reason=error_reason,
-            probe_deferred=held_back,
-        )
-
-    if target.kind == "proxy":
-        verdict = await _poll_proxy(session, target)
-        return outcome(
-            verdict, None, error_reason="connection" if verdict.state == "down" else None
-        )
-
-    metrics_url = target.metrics_url
-    models: ModelsAnswer | None = None
-    if target.kind == AUTO:
-        engine = known_engine(baseline, started_at, target.interval_seconds)
-        if engine is None:
-            models = await ask_models(session, target.url, timeout=target.timeout_seconds)
-            if models.error_reason == "timeout":
-                return outcome(hung(f"/v1/models: {models.detail}"), None, error_reason="timeout")
-            if models.error_reason is not None:
-                verdict = down(f"/v1/models: {models.detail}")
-                return outcome(verdict, None, error_reason=models.error_reason)
-            engine = identify(models.status, models.owners)
-        metrics_url = join_url(target.url, auto_metrics_path(engine, target.metrics_path))
-
-    async def models_listed() -> bool:
-        if models is not None:
-            return models.listed
-        return await models_answer(session, target.url, timeout=target.timeout_seconds)
-
-    read = await read_metrics(
-        session,
-        metrics_url,
-        timeout=target.timeout_seconds,
-        max_bytes=max_payload_bytes,
-        kind=target.kind,
-    )
-    if read.status in NO_METRICS_STATUSES and await models_listed():
-        reason = f"reachable, but no metrics (/metrics: {read.detail}); never restarted"
-        return outcome(Verdict(State.NO_METRICS, reason), None)
-    if read.reading is None:
-        return outcome(unread_verdict(read), None, error_reason=read.error_reason)
-    reading = read.reading
-    size = read.payload_bytes
-    if not reading.has_engines:
-        if await models_listed():
-            verdict = await run_sized(size, classify, baseline, reading)
-        else:
-            verdict = down("no engine series in /metrics and /v1/models did not answer")
-        parse_error = "parse" if reading.malformed_lines else None
-        return outcome(verdict, reading, error_reason=parse_error)
-
-    verdict = await run_sized(size, classify, baseline, reading)
-    if verdict.state == State.STALLED or verdict.probe_needed:
-        faulted = await engine_faults(
-            session, target.url, reading.engine_kind, timeout=target.timeout_seconds
-        )
-        verdict = held_by_engine_fault_tolerance(verdict, faulted)
-    if not verdict.probe_needed:
-        return outcome(verdict, reading)
-    asleep = await engine_sleeps(
-        session, target.url, reading.engine_kind, timeout=target.timeout_seconds
-    )
-    if asleep:
-        return outcome(Verdict(State.SLEEPING, f"{reading.engine_kind} says it sleeps"), reading)
-    if not target.probe.enabled:
-        return outcome(
-            with_probe_result(verdict, True, "test request disabled; idle by its counters"),
-            reading,
-        )
-    if not allows_test_request(reading.engine_kind, target.probe.endpoint):
-        detail = f"{reading.engine_kind} has no safe test request; idle by its counters"
-        return outcome(with_probe_result(verdict, True, detail), reading)
-    due = probe_due(
-        verdict,
-        last_proven_alive_at,
-        started_at,
-        min_interval=target.probe.min_interval_seconds,
-        poll_interval=target.interval_seconds,
-    )
-    if not due:
-        deferred = probe_deferred(
-            verdict,
-            last_proven_alive_at,
-            started_at,
-            min_interval=target.probe.min_interval_seconds,
-        )
-        return outcome(deferred, reading, held_back=True)
-    model = target.probe.model or (reading.model_names[0] if reading.model_names else "")
-    probe = await send_probe(
-        session,
-        target.url,
-        model=model,
-        endpoint=target.probe.endpoint,
-        timeout=target.probe.timeout_seconds,
-    )
-    reread = None
-    if not probe.succeeded:
-        again = await read_metrics(
-            session,
-            metrics_url,
-            timeout=target.timeout_seconds,
-            max_bytes=max_payload_bytes,
-            kind=target.kind,
-        )
-        reread = again.reading
-    settled = await run_sized(
-        size,
-        settle_probe,
-        verdict,
-        reading,
-        answered=probe.succeeded,
-        detail=probe.detail,
-        reread=reread,
-    )
-    return outcome(
-        settled.verdict, settled.reading, probes_sent=1, probes_failed=settled.probes_failed
+    plan = poll_plan(target, baseline, time.time(), last_proven_alive_at=last_proven_alive_at)
+    payload_bytes = 0
+    answer: object = None
+    while not isinstance(step := await run_sized(payload_bytes, advance, plan, answer), PollResult):
+        answer = await perform(session, target, step, max_payload_bytes=max_payload_bytes)
+        if isinstance(answer, ReadResult):
+            payload_bytes = max(payload_bytes, answer.payload_bytes)
+    return PollOutcome(
+        verdict=step.verdict,
+        reading=step.reading,
+        finished_at=time.time(),
+        duration_seconds=time.monotonic() - started,
+        probes_sent=step.probes_sent,
+        probes_failed=step.probes_failed,
+        error_reason=step.error_reason,
+        probe_deferred=step.probe_deferred,
     )

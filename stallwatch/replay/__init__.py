@@ -6,8 +6,9 @@ Pure model, no I/O and no real clock. One simulated server (the simulator's own 
 - the **old way** (`old_way`): watchdogs that send real requests and restart on failures, plus
   one that restarts on HTTP 500s;
 - the **new way** (`stallwatch_way`): stallwatch, calling the project's own pure steps for
-  every decision: the exporter's `classify`, `settle_probe` and `TargetHistory` on `Reading`s of
-  the engine's counters, the restart alerts' condition (`restart_alerts`), and the restarter's
+  every decision: the exporter's poll plan (`core/poll_plan.py`, the same steps the exporter
+  drives) and `TargetHistory` on `Reading`s of the engine's counters, the restart alerts'
+  condition (`restart_alerts`), and the restarter's
   `decide` then `decide_confirmed` on two fresh reads (`judge_confirmation`). Only the timing of
   Prometheus and Alertmanager is modelled (scrape, evaluation, group_wait, group_interval,
   repeat_interval).

@@ -1,7 +1,8 @@
 """The new way: stallwatch's own decision code, with Prometheus and Alertmanager timing modelled.
 
-Every decision is the project's own pure step: the exporter's `classify`, `probe_due` (with
-`probe_deferred`), `settle_probe` and `TargetHistory`; the restart alerts' condition
+Every decision is the project's own pure step: the exporter's poll plan (`core/poll_plan.py`,
+the same the exporter drives; its steps answered by the simulated server) and `TargetHistory`;
+the restart alerts' condition
 (`restart_alerts`, with the hold clause on the scraped hold gauge); the restarter's `decide`
 (with the holds in force, `current_holds`), then `decide_confirmed` on two fresh reads judged
 by `judge_reads`, then `with_window` keyed by `alert_key`, as the restarter's `RestartWindows`
@@ -16,7 +17,9 @@ import random
 from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import assert_never
 
+from stallwatch.common.exporter_config import ProbeConfig, TargetConfig
 from stallwatch.common.restart_limits import Budget
 from stallwatch.common.restarter_config import (
     CommandAction,
@@ -25,7 +28,7 @@ from stallwatch.common.restarter_config import (
     Target,
 )
 from stallwatch.core.alerts import Alert
-from stallwatch.core.classify import State, Verdict, classify, down
+from stallwatch.core.classify import State
 from stallwatch.core.confirmation import Confirmation, judge_reads
 from stallwatch.core.history import PollOutcome, TargetHistory
 from stallwatch.core.holds import current_holds
@@ -38,7 +41,20 @@ from stallwatch.core.policy import (
     decide,
     decide_confirmed,
 )
-from stallwatch.core.probe import probe_deferred, probe_due, settle_probe
+from stallwatch.core.poll_plan import (
+    AskFaults,
+    AskModels,
+    AskSleeps,
+    ModelsAnswer,
+    Plan,
+    PollResult,
+    ProbeResult,
+    ReadMetrics,
+    ReadResult,
+    SendTestRequest,
+    advance,
+    poll_plan,
+)
 from stallwatch.core.reading import Reading
 from stallwatch.core.restart_window import RestartWindow, with_window
 from stallwatch.core.rules import ADMISSION_STALLED_ALERT, DEGRADED_ALERT, restart_alerts
@@ -63,6 +79,19 @@ EPOCH = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 
 def _rfc3339(seconds: float) -> str:
     return datetime.fromtimestamp(EPOCH + seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def exporter_target(config: ReplayConfig) -> TargetConfig:
+    """The exporter's target for the replayed server (its shipped defaults, kind vllm)."""
+    return TargetConfig(
+        name=TARGET_NAME,
+        url="http://replayed-server:8000",
+        kind="vllm",
+        interval_seconds=config.exporter_interval,
+        probe=ProbeConfig(
+            timeout_seconds=config.probe_timeout, min_interval_seconds=config.probe_min_interval
+        ),
+    )
 
 
 def restarter_config(config: ReplayConfig) -> RestarterConfig:
@@ -108,6 +137,7 @@ class Stallwatch:
         self.scheduler = scheduler
         self.config = server.config
         self.restarter = restarter_config(self.config)
+        self.target = exporter_target(self.config)
         self.history = TargetHistory()
         # What Prometheus last scraped: the exporter's state and count, the restarter's hold
         # expiry gauge (None: no hold published).
@@ -133,68 +163,74 @@ class Stallwatch:
         scheduler.at(rng.uniform(0, self.config.scrape_interval), self._scrape)
         scheduler.at(rng.uniform(0, self.config.evaluation_interval), self._evaluate)
 
-    # The exporter (exporter/poll.py's steps, with the real pure functions).
+    # The exporter: the core's poll plan, its steps answered by the simulated server.
 
     def _poll(self, now: float) -> None:
         self.scheduler.at(now + self.config.exporter_interval, self._poll)
         if self._polling:  # the previous poll still waits for its test request: skip a tick
             return
-        reading = self.server.read(now)
-        if reading is None:
-            self._finish_poll(
-                PollOutcome(
-                    down("/metrics: connection refused"), None, now, 0.0, error_reason="connection"
-                )
-            )
-            return
-        verdict = classify(self.history.baseline, reading)
-        if not verdict.probe_needed:
-            self._finish_poll(PollOutcome(verdict, reading, now, 0.0))
-            return
-        proven_at = self.history.last_proven_alive_at
-        if not probe_due(
-            verdict,
-            proven_at,
-            now,
-            min_interval=self.config.probe_min_interval,
-            poll_interval=self.config.exporter_interval,
-        ):
-            deferred = probe_deferred(
-                verdict, proven_at, now, min_interval=self.config.probe_min_interval
-            )
-            self._finish_poll(PollOutcome(deferred, reading, now, 0.0, probe_deferred=True))
-            return
         self._polling = True
+        plan = poll_plan(
+            self.target,
+            self.history.baseline,
+            now,
+            last_proven_alive_at=self.history.last_proven_alive_at,
+        )
+        self._drive(plan, None, now, now)
+
+    def _drive(self, plan: Plan, answer: object, started: float, now: float) -> None:
+        """Answer the plan's steps at `now` until it waits for a test request or ends."""
+        while not isinstance(step := advance(plan, answer), PollResult):
+            match step:
+                case ReadMetrics():
+                    reading = self.server.read(now)
+                    answer = (
+                        ReadResult(reading)
+                        if reading is not None
+                        else ReadResult(None, "connection", "connection refused")
+                    )
+                case AskModels():
+                    up = self.server.read(now) is not None
+                    answer = (
+                        ModelsAnswer(200, ("vllm",), listed=True)
+                        if up
+                        else ModelsAnswer(error_reason="connection", detail="connection refused")
+                    )
+                case AskFaults():
+                    answer = ()  # the replayed server runs without --enable-fault-tolerance
+                case AskSleeps():
+                    answer = None
+                case SendTestRequest():
+                    self._send_test_request(plan, started, now)
+                    return
+                case _:
+                    assert_never(step)
+        self._polling = False
+        self._finish_poll(
+            PollOutcome(
+                step.verdict,
+                step.reading,
+                now,
+                now - started,
+                probes_sent=step.probes_sent,
+                probes_failed=step.probes_failed,
+                error_reason=step.error_reason,
+                probe_deferred=step.probe_deferred,
+            )
+        )
+
+    def _send_test_request(self, plan: Plan, started: float, now: float) -> None:
         answered: list[int] = []
         request_id = self.server.submit(
             "test", 1, 1, now, lambda _t, status: answered.append(status)
         )
 
-        def settle(later: float, verdict: Verdict = verdict, reading: Reading = reading) -> None:
-            self._polling = False
+        def settle(later: float) -> None:
             ok = bool(answered) and answered[0] == 200
-            reread = None
-            if not ok:
-                if request_id is not None:
-                    self.server.give_up(request_id)
-                reread = self.server.read(later)
-            settled = settle_probe(
-                verdict,
-                reading,
-                answered=ok,
-                detail="answered" if ok else "no answer",
-                reread=reread,
-            )
-            self._finish_poll(
-                PollOutcome(
-                    settled.verdict,
-                    settled.reading,
-                    later,
-                    later - now,
-                    probes_sent=1,
-                    probes_failed=settled.probes_failed,
-                )
-            )
+            if not ok and request_id is not None:
+                self.server.give_up(request_id)
+            result = ProbeResult(ok, "answered" if ok else "no answer")
+            self._drive(plan, result, started, later)
 
         if request_id is None:
             settle(now)

@@ -13,9 +13,11 @@ import math
 import os
 import signal
 import time
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, assert_never
 from urllib.parse import quote
 
 import aiohttp
@@ -23,6 +25,7 @@ import aiohttp
 from stallwatch import USER_AGENT
 from stallwatch.common.kubernetes_config import KubernetesAction
 from stallwatch.common.restarter_config import (
+    Action,
     CommandAction,
     DockerAction,
     HttpAction,
@@ -215,36 +218,29 @@ class ActionRunner:
         started = time.monotonic()
         try:
             async with asyncio.timeout(target.action_timeout):
-                if isinstance(target.action, KubernetesAction):
-                    kube_result, detail = await self._kubernetes(target.action)
-                    return ActionOutcome(kube_result, detail, time.monotonic() - started)
-                succeeded, detail = await self._dispatch(target)
+                result, detail = await _runner_for(target.action)(self, target.action, target.name)
         except TimeoutError:
             detail = f"no result within {target.action_timeout:g} s"
             return ActionOutcome("timeout", detail, time.monotonic() - started)
         except (OSError, aiohttp.ClientError, ValueError) as error:
             detail = f"{type(error).__name__}: {error}"
             return ActionOutcome("failure", detail, time.monotonic() - started)
-        result: ActionResult = "success" if succeeded else "failure"
         return ActionOutcome(result, detail, time.monotonic() - started)
 
-    async def _kubernetes(self, action: KubernetesAction) -> tuple[ActionResult, str]:
+    async def _command(self, action: CommandAction, target_name: str) -> tuple[ActionResult, str]:
+        succeeded, detail = await run_argv(list(action.argv), target_name)
+        return _result(succeeded), detail
+
+    async def _kubernetes(
+        self, action: KubernetesAction, target_name: str
+    ) -> tuple[ActionResult, str]:
         if self._kube is None:
             return "failure", "no Kubernetes API configured"
         return await self._kube.restart(action)
 
-    async def _dispatch(self, target: Target) -> tuple[bool, str]:
-        action = target.action
-        assert not isinstance(action, KubernetesAction)
-        if isinstance(action, CommandAction):
-            return await run_argv(list(action.argv), target.name)
-        if isinstance(action, SystemdAction):
-            return await self._systemd_restart(action, target.name)
-        if isinstance(action, DockerAction):
-            return await self._docker_restart(action)
-        return await self._http_request(action, target.name)
-
-    async def _systemd_restart(self, action: SystemdAction, target_name: str) -> tuple[bool, str]:
+    async def _systemd_restart(
+        self, action: SystemdAction, target_name: str
+    ) -> tuple[ActionResult, str]:
         """`systemctl [--user] restart UNIT`; then the unit's stop bound (`systemctl show`) and
         whether its journal shows that systemd had to SIGKILL, for the detail."""
         scope = ["--user"] if action.user else []
@@ -258,7 +254,7 @@ class ActionRunner:
         journal = await _query(
             ["journalctl", *scope, "--unit", action.unit, since_arg, "--output=cat", "--quiet"]
         )
-        return succeeded, systemd_detail(detail, show, journal)
+        return _result(succeeded), systemd_detail(detail, show, journal)
 
     def _docker_session(self, socket_path: str) -> aiohttp.ClientSession:
         session = self._docker_sessions.get(socket_path)
@@ -267,7 +263,9 @@ class ActionRunner:
             self._docker_sessions[socket_path] = session
         return session
 
-    async def _docker_restart(self, action: DockerAction) -> tuple[bool, str]:
+    async def _docker_restart(
+        self, action: DockerAction, target_name: str
+    ) -> tuple[ActionResult, str]:
         """Docker Engine API: POST /containers/{name}/restart?t=STOP_TIMEOUT (204 on success).
 
         The engine sends the container's stop signal (SIGTERM unless the image says otherwise)
@@ -289,15 +287,15 @@ class ActionRunner:
             if response.status == 204:
                 kills = await _docker_kill_times(session, action.container, since, time.time())
                 killed = killed_after_the_grace(kills, since, stop_timeout)
-                return True, docker_detail(action.container, stop_timeout, killed)
+                return "success", docker_detail(action.container, stop_timeout, killed)
             message = _tail(body)
             with contextlib.suppress(ValueError):
                 answer = json.loads(body)
                 if isinstance(answer, dict) and isinstance(answer.get("message"), str):
                     message = answer["message"]
-            return False, f"docker answered {response.status} for {action.container}: {message}"
+            return "failure", f"docker answered {response.status} for {action.container}: {message}"
 
-    async def _http_request(self, action: HttpAction, target_name: str) -> tuple[bool, str]:
+    async def _http_request(self, action: HttpAction, target_name: str) -> tuple[ActionResult, str]:
         headers = {"User-Agent": USER_AGENT}
         if action.bearer_token_file is not None:
             token_file = Path(action.bearer_token_file)
@@ -317,4 +315,51 @@ class ActionRunner:
             # The receiver owns the stop: what it answers (how it stopped the server, whether
             # it had to SIGKILL) is kept, as a command's output is.
             summary = _tail(body)
-            return 200 <= response.status < 300, detail + (f": {summary}" if summary else "")
+            ok = 200 <= response.status < 300
+            return _result(ok), detail + (f": {summary}" if summary else "")
+
+
+def _result(succeeded: bool) -> ActionResult:
+    return "success" if succeeded else "failure"
+
+
+_A = TypeVar("_A", CommandAction, DockerAction, SystemdAction, HttpAction, KubernetesAction)
+
+
+@dataclass(frozen=True)
+class _Runner(Generic[_A]):
+    """How one action kind runs: the action's class and the ActionRunner method that runs it."""
+
+    action_type: type[_A]
+    run: Callable[[ActionRunner, _A, str], Awaitable[tuple[ActionResult, str]]]
+
+    def __call__(
+        self, runner: ActionRunner, action: Action, target_name: str
+    ) -> Awaitable[tuple[ActionResult, str]]:
+        if not isinstance(action, self.action_type):
+            raise TypeError(
+                f"a {action.kind} action given to the {self.action_type.__name__} runner"
+            )
+        return self.run(runner, action, target_name)
+
+
+# One runner an action kind, keyed as the config's ACTION_KINDS; a unit test holds the two
+# tables to the same keys.
+RUNNERS: Mapping[str, _Runner[Any]] = MappingProxyType(
+    {
+        "command": _Runner(CommandAction, ActionRunner._command),
+        "docker": _Runner(DockerAction, ActionRunner._docker_restart),
+        "systemd": _Runner(SystemdAction, ActionRunner._systemd_restart),
+        "http": _Runner(HttpAction, ActionRunner._http_request),
+        "kubernetes": _Runner(KubernetesAction, ActionRunner._kubernetes),
+    }
+)
+
+
+def _runner_for(action: Action) -> _Runner[Any]:
+    """The runner of the action's kind; a class added to `Action` without one fails mypy here."""
+    match action:
+        case CommandAction() | DockerAction() | SystemdAction() | HttpAction() | KubernetesAction():
+            return RUNNERS[action.kind]
+        case _:
+            assert_never(action)

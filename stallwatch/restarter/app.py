@@ -28,9 +28,9 @@ from stallwatch.common.restarter_config import RestarterConfig
 from stallwatch.core.alerts import PayloadError, parse_notification
 from stallwatch.exporter.gate import IDLE_KEEPALIVE_SECONDS, ConnectionGate, RequestsSeen
 from stallwatch.restarter.auth_failures import AuthFailureLog
-from stallwatch.restarter.confirm import confirm_stall
+from stallwatch.restarter.confirm import Confirmer, confirm_stall
 from stallwatch.restarter.journal_reader import JournalError, printable
-from stallwatch.restarter.service import JOURNAL_UNWRITABLE, Confirmer, Restarter
+from stallwatch.restarter.service import JOURNAL_UNWRITABLE, Restarter
 
 log = logging.getLogger("stallwatch.restarter")
 

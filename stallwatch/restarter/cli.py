@@ -10,6 +10,7 @@ import signal
 import sqlite3
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -84,55 +85,65 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         "(a command's whole output, newlines included, is one field)",
     )
     journal.set_defaults(handler=run_journal)
-    pause = commands.add_parser(
+    pause = _journal_command(
+        commands,
         "pause",
         help="pause restarts (maintenance) until resumed or for a while; written to the journal",
         description="Write a pause into the journal named in the config: the running restarter "
         "restarts nothing until `resume` (or until --for has passed). Survives its restarts.",
     )
-    resume = commands.add_parser(
+    pause.add_argument(
+        "--for", dest="pause_for", metavar="DURATION", help="e.g. 2h (default: until resumed)"
+    )
+    pause.set_defaults(handler=run_control, control="paused")
+    resume = _journal_command(
+        commands,
         "resume",
         help="close the latched breaker and end a pause; written to the journal",
         description="Write a resume into the journal named in the config: the breaker closes "
         "and any pause ends. Resume once the cause of a mass stall or of failed actions is fixed.",
     )
-    for command in (pause, resume):
-        command.add_argument(
-            "--config",
-            dest="control_config",
-            type=Path,
-            metavar="FILE",
-            required=True,
-            help="YAML config file (its `journal` path is written)",
-        )
-        command.add_argument("--reason", default="", help="why, for the journal")
-    pause.add_argument(
-        "--for", dest="pause_for", metavar="DURATION", help="e.g. 2h (default: until resumed)"
-    )
-    pause.set_defaults(handler=run_control, control="paused")
     resume.set_defaults(handler=run_control, control="resumed")
-    hold = commands.add_parser(
+    hold = _journal_command(
+        commands,
         "hold",
+        target=True,
         help="say that one target will be silent for a while (a weight sync, maintenance)",
         description="Write a hold into the journal named in the config: the running restarter "
         "acts on no restart alert of TARGET until the hold ends (at most the config's max_hold) "
         "or `unhold`. A server still silent after its hold is judged as usual.",
     )
-    unhold = commands.add_parser("unhold", help="end a target's hold now; written to the journal")
-    for command in (hold, unhold):
-        command.add_argument("target", metavar="TARGET", help="a target of the config")
-        command.add_argument(
-            "--config",
-            dest="control_config",
-            type=Path,
-            metavar="FILE",
-            required=True,
-            help="YAML config file (its `journal` path is written)",
-        )
-        command.add_argument("--reason", default="", help="why, for the journal")
     hold.add_argument("--for", dest="hold_for", metavar="DURATION", required=True, help="e.g. 5m")
     hold.set_defaults(handler=run_hold, control="hold")
+    unhold = _journal_command(
+        commands, "unhold", target=True, help="end a target's hold now; written to the journal"
+    )
     unhold.set_defaults(handler=run_hold, control="hold_released")
+
+
+def _journal_command(
+    commands: argparse._SubParsersAction[Any],
+    name: str,
+    *,
+    help: str,
+    description: str | None = None,
+    target: bool = False,
+) -> argparse.ArgumentParser:
+    """A command that writes one row into the config's journal: [TARGET] --config FILE
+    [--reason TEXT]."""
+    command: argparse.ArgumentParser = commands.add_parser(name, help=help, description=description)
+    if target:
+        command.add_argument("target", metavar="TARGET", help="a target of the config")
+    command.add_argument(
+        "--config",
+        dest="control_config",
+        type=Path,
+        metavar="FILE",
+        required=True,
+        help="YAML config file (its `journal` path is written)",
+    )
+    command.add_argument("--reason", default="", help="why, for the journal")
+    return command
 
 
 def _load(path: Path) -> RestarterConfig | None:
@@ -274,6 +285,23 @@ def format_table(entries: list[JournalEntry]) -> str:
     )
 
 
+def _write(config: RestarterConfig, row: Callable[[Journal], object]) -> bool:
+    """Write one row into the config's journal; whether it was written (else: said why)."""
+    try:
+        journal = Journal.open(config.journal)
+    except JournalError as error:
+        print(error, file=sys.stderr)
+        return False
+    try:
+        row(journal)
+    except JournalError as error:
+        print(error, file=sys.stderr)
+        return False
+    finally:
+        journal.close()
+    return True
+
+
 def run_control(args: argparse.Namespace) -> int:
     """`pause` / `resume`: one control row in the journal; the restarter reads it at once."""
     config = _load(args.control_config)
@@ -290,18 +318,10 @@ def run_control(args: argparse.Namespace) -> int:
             print("--for: must be longer than zero", file=sys.stderr)
             return 2
     reason = args.reason or f"{args.control} from the command line"
-    try:
-        journal = Journal.open(config.journal)
-    except JournalError as error:
-        print(error, file=sys.stderr)
+    if not _write(
+        config, lambda j: j.record_control(args.control, reason, time.time(), duration=duration)
+    ):
         return 1
-    try:
-        journal.record_control(args.control, reason, time.time(), duration=duration)
-    except JournalError as error:
-        print(error, file=sys.stderr)
-        return 1
-    finally:
-        journal.close()
     if args.control == "resumed":
         print(
             f"resumed: breaker closed and pause ended (journal {config.journal}); "
@@ -335,18 +355,11 @@ def run_hold(args: argparse.Namespace) -> int:
             print(f"--for: {refusal}", file=sys.stderr)
             return 2
     reason = args.reason or f"{args.control} from the command line"
-    try:
-        journal = Journal.open(config.journal)
-    except JournalError as error:
-        print(error, file=sys.stderr)
+    if not _write(
+        config,
+        lambda j: j.record_hold(args.control, target, reason, time.time(), duration=duration),
+    ):
         return 1
-    try:
-        journal.record_hold(args.control, target, reason, time.time(), duration=duration)
-    except JournalError as error:
-        print(error, file=sys.stderr)
-        return 1
-    finally:
-        journal.close()
     if args.control == "hold":
         print(f"{target} held for {args.hold_for} (journal {config.journal})")
     else:

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Awaitable
+from typing import Protocol
 
 import aiohttp
 
+from stallwatch.common.restarter_config import ConfirmSettings, Target
 from stallwatch.core.confirmation import (
     Confirmation,
     FailedRead,
@@ -14,7 +18,8 @@ from stallwatch.core.confirmation import (
     judge_attempts,
     worth_a_second_read,
 )
-from stallwatch.exporter.fetch import ReadResult, read_metrics
+from stallwatch.core.poll_plan import ReadResult
+from stallwatch.exporter.fetch import read_metrics
 
 
 def attempt(result: ReadResult) -> ReadAttempt:
@@ -45,3 +50,41 @@ async def confirm_stall(
     await asyncio.sleep(gap_seconds)
     second = attempt(await read_metrics(session, metrics_url, timeout=timeout))
     return judge_attempts(first, second)
+
+
+class Confirmer(Protocol):
+    def __call__(
+        self,
+        session: aiohttp.ClientSession,
+        metrics_url: str,
+        *,
+        gap_seconds: float,
+        timeout: float,
+    ) -> Awaitable[Confirmation]: ...
+
+
+class Confirmations:
+    """Each target's latest confirmation, shared by the alerts that asked before it ended: a
+    burst of alerts about one target costs one confirmation, not one each."""
+
+    def __init__(self, confirmer: Confirmer = confirm_stall) -> None:
+        self.confirmer = confirmer
+        self._latest: dict[str, tuple[float, Confirmation]] = {}  # finished at (monotonic)
+
+    async def confirm(
+        self,
+        session: aiohttp.ClientSession,
+        target: Target,
+        settings: ConfirmSettings,
+        asked_at: float,
+    ) -> Confirmation:
+        """Two fresh reads of the target; reads that ended after `asked_at` (monotonic) are
+        fresh enough."""
+        latest = self._latest.get(target.name)
+        if latest is not None and latest[0] >= asked_at:
+            return latest[1]
+        confirmation = await self.confirmer(
+            session, target.metrics_url, gap_seconds=settings.gap, timeout=settings.timeout
+        )
+        self._latest[target.name] = (time.monotonic(), confirmation)
+        return confirmation

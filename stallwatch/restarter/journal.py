@@ -18,7 +18,13 @@ from stallwatch.core.alerts import Alert
 from stallwatch.core.fleet import CONTROL_KINDS, ControlKind
 from stallwatch.core.holds import HOLD_KINDS, HoldKind
 from stallwatch.core.policy import Decision
-from stallwatch.restarter.journal_reader import DECISIVE_ROWS, JournalError, JournalReader
+from stallwatch.restarter.journal_reader import (
+    DECISIVE_ROWS,
+    SCHEMA_VERSION,
+    JournalError,
+    JournalReader,
+    schema_version,
+)
 
 SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS journal (
@@ -46,6 +52,11 @@ CREATE INDEX IF NOT EXISTS journal_alert_decisive ON journal (fingerprint, start
 CREATE INDEX IF NOT EXISTS journal_decision_time ON journal (decision, time);
 CREATE INDEX IF NOT EXISTS journal_restart_id ON journal (restart_id);
 """
+# MIGRATIONS[n] brings a journal of schema version n to n + 1, inside the transaction that
+# stamps the new version. Version 0 (no version stamped) has the table already, or nothing at
+# all: SCHEMA creates what is missing. A change of the table is one more step here, and
+# SCHEMA_VERSION one more.
+MIGRATIONS: tuple[str, ...] = (SCHEMA,)
 
 
 class Journal(JournalReader):
@@ -68,7 +79,7 @@ class Journal(JournalReader):
             connection.execute("PRAGMA synchronous=FULL")
             connection.execute("PRAGMA busy_timeout=5000")
             _check_integrity(connection, file)
-            connection.executescript(SCHEMA)
+            _migrate(connection, schema_version(connection, file))
         except sqlite3.Error as error:
             connection.close()
             raise JournalError(f"journal {file}: {error}{_DAMAGED_ADVICE}") from None
@@ -249,3 +260,13 @@ def _check_integrity(connection: sqlite3.Connection, file: Path) -> None:
     problems = [row[0] for row in connection.execute("PRAGMA quick_check").fetchall()]
     if problems != ["ok"]:
         raise JournalError(f"journal {file} is damaged: {problems[0]}{_DAMAGED_ADVICE}")
+
+
+def _migrate(connection: sqlite3.Connection, version: int) -> None:
+    """Bring the journal from `version` to SCHEMA_VERSION in one transaction (none: all done)."""
+    if version == SCHEMA_VERSION:
+        return
+    steps = "\n".join(MIGRATIONS[version:])
+    connection.executescript(
+        f"BEGIN IMMEDIATE;\n{steps}\nPRAGMA user_version = {SCHEMA_VERSION};\nCOMMIT;"
+    )

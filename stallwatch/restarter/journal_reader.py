@@ -84,6 +84,24 @@ class JournalError(Exception):
     """The journal cannot be read or written; the message names the file."""
 
 
+# The journal's schema, as `PRAGMA user_version`: 0 is a journal written before the version was
+# stamped (its table is that of version 1). `journal.py` holds the step from each version to the
+# next; a journal of a version above this one was written by a newer stallwatch and is refused.
+SCHEMA_VERSION = 1
+
+
+def schema_version(connection: sqlite3.Connection, file: Path) -> int:
+    """The journal's schema version; a JournalError when it is newer than this code knows."""
+    (version,) = connection.execute("PRAGMA user_version").fetchone()
+    if not isinstance(version, int) or version > SCHEMA_VERSION:
+        raise JournalError(
+            f"journal {file}: schema version {version}, newer than the {SCHEMA_VERSION} this "
+            "stallwatch knows: it was written by a newer stallwatch; run that version (or move "
+            "the file aside, and a new journal is created)"
+        )
+    return version
+
+
 class JournalReader:
     """The journal file, read; every failure to read it is a JournalError naming the file.
 
@@ -104,8 +122,12 @@ class JournalReader:
             raise FileNotFoundError(f"no journal at {file}")
         try:
             connection = sqlite3.connect(f"{file.resolve().as_uri()}?mode=ro", uri=True)
+            schema_version(connection, file)
         except sqlite3.Error as error:
             raise JournalError(f"journal {file}: cannot open: {error}") from None
+        except JournalError:
+            connection.close()
+            raise
         return cls(connection, file)
 
     def close(self) -> None:
@@ -209,6 +231,22 @@ class JournalReader:
             for kind, target, time, duration, detail in rows
             if kind in HOLD_KINDS
         )
+
+    def hold_events_after(self, after_id: int, since: float) -> tuple[tuple[HoldEvent, ...], int]:
+        """The hold rows after row `after_id` written since `since`, oldest first, and the id of
+        the last of them (`after_id` when there is none): what followed since the last look."""
+        with self._guard("read"):
+            rows = self._db.execute(
+                "SELECT id, reason, target, time, duration_seconds, detail FROM journal "
+                "WHERE decision = 'hold' AND id > ? AND time >= ? ORDER BY id",
+                (after_id, since),
+            ).fetchall()
+        events = tuple(
+            HoldEvent(kind, target, time, duration or 0.0, detail)
+            for _, kind, target, time, duration, detail in rows
+            if kind in HOLD_KINDS
+        )
+        return events, rows[-1][0] if rows else after_id
 
     def failed_actions_in_a_row(self, limit: int) -> int:
         """How many of the latest action results since the last resume failed, newest first,

@@ -11,16 +11,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 import aiohttp
 
 from stallwatch import USER_AGENT
 from stallwatch.common.restarter_config import RestarterConfig, Target
 from stallwatch.core.alerts import Alert, Notification
-from stallwatch.core.confirmation import Confirmation
+from stallwatch.core.holds import Hold
 from stallwatch.core.lease import merge_restarts
 from stallwatch.core.policy import (
     Decision,
@@ -30,10 +30,10 @@ from stallwatch.core.policy import (
     decide_confirmed,
     lookback_seconds,
 )
-from stallwatch.core.restart_window import RestartWindow
+from stallwatch.core.poll_plan import ReadResult
 from stallwatch.exporter.fetch import read_metrics
 from stallwatch.restarter.background import BackgroundActions
-from stallwatch.restarter.confirm import confirm_stall
+from stallwatch.restarter.confirm import Confirmations, Confirmer, confirm_stall
 from stallwatch.restarter.fleet import FleetGuard
 from stallwatch.restarter.held import HeldAlerts
 from stallwatch.restarter.journal import Journal
@@ -63,17 +63,6 @@ class _Pending:
 PENDING = _Pending()
 
 
-class Confirmer(Protocol):
-    def __call__(
-        self,
-        session: aiohttp.ClientSession,
-        metrics_url: str,
-        *,
-        gap_seconds: float,
-        timeout: float,
-    ) -> Awaitable[Confirmation]: ...
-
-
 class Restarter:
     """Decisions, journal and background actions for one configuration."""
 
@@ -86,19 +75,19 @@ class Restarter:
     ) -> None:
         self.config = config
         self.clock = clock
-        self.confirmer = confirmer
+        self.confirmations = Confirmations(confirmer)
         self.metrics = RestarterMetrics(config)
         self.journal = Journal.open(config.journal)
         self.locks = {target.name: asyncio.Lock() for target in config.targets}
-        # Each target's latest confirmation and when (monotonic) it finished.
-        self._confirmations: dict[str, tuple[float, Confirmation]] = {}
         self._lookback = lookback_seconds(config)
         self._session: aiohttp.ClientSession | None = None
         # On Kubernetes (set up on start): pod targets, the Lease, Events.
         self.kube: KubeSide | None = None
         self._refusals: dict[tuple[str, str], Decision] = {}
         self.fleet = FleetGuard(self.journal, self.metrics, lambda: self.config, clock)
-        self.windows = RestartWindows(self.metrics)
+        self.windows = RestartWindows(
+            self.metrics, clock=clock, locks=self.locks, fresh_read=self._fresh_read
+        )
         self.holds = TargetHolds(self.journal, self.metrics, lambda: self.config, clock)
         self.held = HeldAlerts()
         self.held_release = HeldRelease(
@@ -107,7 +96,7 @@ class Restarter:
             clock,
             judge=self.handle,
             acts=lambda: self.kube is None or self.kube.acting,
-            held_targets=lambda now: self.holds.current(now).keys(),
+            held_targets=lambda now: self.holds.follow(now).keys(),
         )
         self.background = BackgroundActions(self.journal, self.metrics, self.fleet, clock)
         self.background.close_interrupted()
@@ -173,11 +162,11 @@ class Restarter:
         """Wait until every background action has finished and journaled its result."""
         await self.background.wait()
 
-    def _history(self, alert: Alert, now: float) -> History:
+    def _history(self, alert: Alert, now: float, holds: Mapping[str, Hold]) -> History:
         history = self.journal.history(
             alert, since=now - self._lookback, dry_run=self.config.dry_run
         )
-        history = replace(self.fleet.with_fleet(history, now), holds=self.holds.current(now))
+        history = replace(self.fleet.with_fleet(history, now), holds=holds)
         if self.kube is None:
             return history
         # Restarts an earlier Lease holder decided count as if this replica had.
@@ -206,12 +195,17 @@ class Restarter:
             self.fleet.notice(notification)
         except JournalError as error:  # each decision below meets the same error and says so
             log.error("fleet state not updated: %s", error)
+        try:  # the holds, once for the whole notification (and again after a confirmation)
+            holds = self.holds.follow(self.clock())
+        except JournalError as error:
+            log.error("holds not followed: %s", error)
+            holds = self.holds.current(self.clock())
         outcomes: list[Decision | _Pending | None] = []
         for start in range(0, len(alerts), JUDGED_PER_COMMIT):
             batch = alerts[start : start + JUDGED_PER_COMMIT]
             try:
                 with self.journal.transaction():
-                    judged = [self._judge_at_once(alert, notification) for alert in batch]
+                    judged = [self._judge_at_once(alert, notification, holds) for alert in batch]
             except JournalError as error:
                 judged = [self._unrecorded(alert, error) for alert in batch]
             outcomes.extend(judged)
@@ -219,14 +213,14 @@ class Restarter:
                 await asyncio.sleep(0)
         waiting = [index for index, outcome in enumerate(outcomes) if outcome is PENDING]
         confirmed = await asyncio.gather(
-            *(self._judge_recorded(alerts[index], notification) for index in waiting)
+            *(self._judge_recorded(alerts[index], notification, holds) for index in waiting)
         )
         for index, decision in zip(waiting, confirmed, strict=True):
             outcomes[index] = decision
         now = self.clock()
         for alert, as_judged, outcome in zip(delivered.alerts, alerts, outcomes, strict=True):
             if not isinstance(outcome, _Pending):
-                until = waits_until(self.windows, self.holds, as_judged, outcome, now)
+                until = waits_until(self.windows, self.holds.current(now), as_judged, outcome)
                 self.held.note(alert, outcome, delivered, now, until)
         return [
             {
@@ -245,7 +239,7 @@ class Restarter:
         return await self.held_release.release()
 
     def _judge_at_once(
-        self, alert: Alert, notification: Notification
+        self, alert: Alert, notification: Notification, holds: Mapping[str, Hold]
     ) -> Decision | _Pending | None:
         """Judge an alert that needs no confirmation (PENDING: one that does)."""
         if alert.status == "resolved":
@@ -256,14 +250,16 @@ class Restarter:
             return self._conclude(alert, refusal, notification, None)
         target = self.config.target(alert.target) if alert.target else None
         now = self.clock()
-        decision = decide(alert, self.config, self._history(alert, now), now)
+        decision = decide(alert, self.config, self._history(alert, now, holds), now)
         if decision.restarts and target is not None and target.name not in self.acting:
             return PENDING
         return self._conclude(alert, decision, notification, target)
 
-    async def _judge_recorded(self, alert: Alert, notification: Notification) -> Decision | None:
+    async def _judge_recorded(
+        self, alert: Alert, notification: Notification, holds: Mapping[str, Hold]
+    ) -> Decision | None:
         try:
-            return await self.judge(alert, notification)
+            return await self.judge(alert, notification, holds)
         except JournalError as error:
             return self._unrecorded(alert, error)
 
@@ -294,78 +290,62 @@ class Restarter:
         )
 
     def _resolve(self, alert: Alert, notification: Notification) -> None:
-        self._journal(alert, None, notification, self.clock())
         target = self.config.target(alert.target) if alert.target else None
-        window = self.windows.open_for(target.name) if target is not None else None
-        if target is not None and window is not None and self._session is not None:
-            self.windows.later(self._settle(alert, notification, window, target))
-        self.metrics.resolved.labels(target=self._metric_target(alert)).inc()
-        log.info(
-            "resolved target=%s alert=%s fingerprint=%s (journaled, not acted on)",
-            printable(alert.target or ""),
-            printable(alert.alertname),
-            printable(alert.fingerprint),
+        self.windows.resolve(
+            alert,
+            target,
+            lambda decision: self._journal(alert, decision, notification, self.clock()),
+            self._metric_target(alert),
         )
 
-    async def _settle(
-        self, alert: Alert, notification: Notification, window: RestartWindow, target: Target
-    ) -> None:
-        """One fresh read once a windowed alert resolved: a near miss if the server moved."""
-        async with self.locks[target.name]:
-            if self.windows.open_for(target.name) is not window:
-                return  # judged meanwhile
-            result = await read_metrics(
-                self.session, target.metrics_url, timeout=self.config.confirm.timeout
-            )
-            decision = self.windows.settle_resolved(
-                window, result.reading, result.detail, self.clock()
-            )
-            self._journal(alert, decision, notification, self.clock())
+    def _fresh_read(self, target: Target) -> Awaitable[ReadResult] | None:
+        """One read of the target's metrics (None: not started, nothing to read with)."""
+        if self._session is None:
+            return None
+        timeout = self.config.confirm.timeout
+        return read_metrics(self._session, target.metrics_url, timeout=timeout)
 
-    async def judge(self, alert: Alert, notification: Notification) -> Decision | None:
-        """Decide about one alert and journal the decision (None: a resolved alert)."""
+    async def judge(
+        self,
+        alert: Alert,
+        notification: Notification,
+        holds: Mapping[str, Hold] | None = None,
+    ) -> Decision | None:
+        """Decide about one alert and journal the decision (None: a resolved alert).
+
+        `holds`: the holds as its notification found them (None: followed now).
+        """
         asked_at = time.monotonic()
         if alert.status == "resolved":
             self._resolve(alert, notification)
             return None
+        if holds is None:
+            holds = self.holds.follow(self.clock())
         target = self.config.target(alert.target) if alert.target else None
         if target is None:
             now = self.clock()
             return self._conclude(
                 alert,
-                decide(alert, self.config, self._history(alert, now), now),
+                decide(alert, self.config, self._history(alert, now, holds), now),
                 notification,
                 None,
             )
         async with self.locks[target.name]:
             now = self.clock()
-            decision = decide(alert, self.config, self._history(alert, now), now)
+            decision = decide(alert, self.config, self._history(alert, now, holds), now)
             if not decision.restarts:
                 return self._conclude(alert, decision, notification, target)
-            confirmation = await self._confirm(target, asked_at)
-            # Other targets may have restarted during the reads: check again, and write the
-            # decision with no await in between, so no other decision can slip in.
-            now = self.clock()
-            decision = decide_confirmed(
-                alert, self.config, self._history(alert, now), now, confirmation
+            confirmation = await self.confirmations.confirm(
+                self.session, target, self.config.confirm, asked_at
             )
+            # Other targets may have restarted, and a hold may have been taken, during the
+            # reads: check again, and write the decision with no await in between, so no
+            # other decision can slip in.
+            now = self.clock()
+            history = self._history(alert, now, self.holds.follow(now))
+            decision = decide_confirmed(alert, self.config, history, now, confirmation)
             decision = self.windows.apply(alert, target, decision, confirmation, now)
             return self._conclude(alert, decision, notification, target)
-
-    async def _confirm(self, target: Target, asked_at: float) -> Confirmation:
-        """Two fresh reads of the target; reads that ended after `asked_at` are fresh enough,
-        so a burst of alerts about one target costs one confirmation, not one each."""
-        latest = self._confirmations.get(target.name)
-        if latest is not None and latest[0] >= asked_at:
-            return latest[1]
-        confirmation = await self.confirmer(
-            self.session,
-            target.metrics_url,
-            gap_seconds=self.config.confirm.gap,
-            timeout=self.config.confirm.timeout,
-        )
-        self._confirmations[target.name] = (time.monotonic(), confirmation)
-        return confirmation
 
     def _conclude(
         self,

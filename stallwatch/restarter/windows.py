@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Coroutine, Mapping
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from types import MappingProxyType
 from typing import Any
 
 from stallwatch.common.restarter_config import RestarterConfig, Target
 from stallwatch.core.alerts import Alert
 from stallwatch.core.confirmation import Confirmation
-from stallwatch.core.holds import Hold, current_holds, hold_refusal
+from stallwatch.core.holds import NO_HOLDS, Hold, folded, hold_refusal, in_force
 from stallwatch.core.policy import Decision, alert_key
+from stallwatch.core.poll_plan import ReadResult
 from stallwatch.core.reading import Reading
 from stallwatch.core.restart_window import RestartWindow, moved_since, with_window
 from stallwatch.restarter.journal import Journal
@@ -34,8 +37,20 @@ FORGET_AFTER_SECONDS = 3600.0
 class RestartWindows:
     """The windows of confirmed stalls, by target."""
 
-    def __init__(self, metrics: RestarterMetrics) -> None:
+    def __init__(
+        self,
+        metrics: RestarterMetrics,
+        *,
+        clock: Callable[[], float] = time.time,
+        locks: Mapping[str, asyncio.Lock] | None = None,
+        fresh_read: Callable[[Target], Awaitable[ReadResult] | None] = lambda _: None,
+    ) -> None:
+        """`locks`: the targets' locks (a settling read holds its target's); `fresh_read`: one
+        read of a target's metrics (None: none can be made, the window is left as it is)."""
         self.metrics = metrics
+        self.clock = clock
+        self._locks = locks if locks is not None else {}
+        self._fresh_read = fresh_read
         self._open: dict[str, RestartWindow] = {}
         self._longest: dict[str, float] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -99,6 +114,40 @@ class RestartWindows:
         self._forget_stale(now)
         return windowed.decision
 
+    def resolve(
+        self,
+        alert: Alert,
+        target: Target | None,
+        record: Callable[[Decision | None], object],
+        metric_target: str,
+    ) -> None:
+        """A restart alert resolved: `record` it (None), count it, and when its target has an
+        open window, settle that window with one fresh read in the background."""
+        record(None)
+        window = self.open_for(target.name) if target is not None else None
+        if target is not None and window is not None and target.name in self._locks:
+            self.later(self._settle(window, target, record))
+        self.metrics.resolved.labels(target=metric_target).inc()
+        log.info(
+            "resolved target=%s alert=%s fingerprint=%s (journaled, not acted on)",
+            printable(alert.target or ""),
+            printable(alert.alertname),
+            printable(alert.fingerprint),
+        )
+
+    async def _settle(
+        self, window: RestartWindow, target: Target, record: Callable[[Decision | None], object]
+    ) -> None:
+        """One fresh read once a windowed alert resolved: a near miss if the server moved."""
+        async with self._locks[target.name]:
+            if self.open_for(target.name) is not window:
+                return  # judged meanwhile
+            read = self._fresh_read(target)
+            if read is None:
+                return
+            result = await read
+            record(self.settle_resolved(window, result.reading, result.detail, self.clock()))
+
     def settle_resolved(
         self, window: RestartWindow, reading: Reading | None, detail: str, now: float
     ) -> Decision:
@@ -155,7 +204,9 @@ class RestartWindows:
 
 
 class TargetHolds:
-    """Holds taken over HTTP or from the command line, kept in the journal."""
+    """Holds taken over HTTP or from the command line, kept in the journal and followed in
+    memory: `follow` reads only the hold rows written since its last look (the command line
+    writes them from another process), `current` answers from memory."""
 
     def __init__(
         self,
@@ -169,18 +220,28 @@ class TargetHolds:
         self._config = config
         self.clock = clock
         self._shown: set[str] = set()
+        self._holds: Mapping[str, Hold] = NO_HOLDS
+        self._last_row = 0
+
+    def follow(self, now: float) -> Mapping[str, Hold]:
+        """Take in the hold rows written since the last look; the holds in force at `now`."""
+        since = now - self._config().max_hold - 1.0  # no hold lasts longer than max_hold
+        events, self._last_row = self.journal.hold_events_after(self._last_row, since)
+        holds = folded(self._holds, events)
+        self._holds = MappingProxyType({k: h for k, h in holds.items() if h.until > now})
+        return self.current(now)
 
     def current(self, now: float) -> Mapping[str, Hold]:
-        """The holds in force at `now`."""
-        since = now - self._config().max_hold - 1.0
-        return current_holds(self.journal.hold_events(since), now)
+        """The holds in force at `now`, as last followed (no journal read)."""
+        return in_force(self._holds, now)
 
     def hold(self, target: str, duration: float, detail: str) -> str | None:
         """Hold `target` for `duration` seconds; why not (None: held)."""
         refusal = hold_refusal(duration, self._config().max_hold)
         if refusal is not None:
             return refusal
-        self.journal.record_hold("hold", target, detail, self.clock(), duration=duration)
+        now = self.clock()
+        self.journal.record_hold("hold", target, detail, now, duration=duration)
         self.refresh_gauges()
         log.warning("hold target=%s for %g s: %s", printable(target), duration, printable(detail))
         return None
@@ -188,7 +249,7 @@ class TargetHolds:
     def release(self, target: str, detail: str) -> bool:
         """End `target`'s hold; whether it had one."""
         now = self.clock()
-        if target not in self.current(now):
+        if target not in self.follow(now):
             return False
         self.journal.record_hold("hold_released", target, detail, now)
         self.refresh_gauges()
@@ -196,7 +257,7 @@ class TargetHolds:
         return True
 
     def refresh_gauges(self) -> None:
-        holds = self.current(self.clock())
+        holds = self.follow(self.clock())
         for name in self._shown - set(holds):
             self.metrics.hold_expiry.remove(name)
         for name, hold in holds.items():
@@ -206,10 +267,9 @@ class TargetHolds:
 
 def waits_until(
     windows: RestartWindows,
-    holds: TargetHolds,
+    holds: Mapping[str, Hold],
     alert: Alert,
     decision: Decision | None,
-    now: float,
 ) -> float | None:
     """When an alert that waits for a time is to be judged again (None: it does not)."""
     if decision is None:
@@ -217,6 +277,6 @@ def waits_until(
     if decision.reason == "restart_window":
         return windows.due_at(alert)
     if decision.reason == "on_hold" and alert.target is not None:
-        hold = holds.current(now).get(alert.target)
+        hold = holds.get(alert.target)
         return None if hold is None else hold.until
     return None

@@ -96,7 +96,7 @@ async def test_trtllm_going_from_idle_to_busy_with_gauges_at_zero_gets_no_test_r
             finally:
                 load.cancel()
                 await asyncio.gather(load, return_exceptions=True)
-    probes = ("stallwatch_probe_requests_total", (("target", NAME),))
+    probes = ("stallwatch_test_requests_total", (("target", NAME),))
     states = [(h.state, h.verdict.reason if h.verdict else "") for h in (*idle, *busy)]
     print(states)
     assert 'trtllm_num_requests_running{engine_type="undefined"' in payload
@@ -164,6 +164,6 @@ async def test_a_vllm_engine_held_by_its_fault_tolerance_is_neither_stalled_nor_
     assert State.STALLED not in {state for state, _ in states}, states
     assert held[-1].state == State.UNKNOWN
     assert "fault tolerance holds engine 0 unhealthy" in states[-1][1]
-    assert metrics[("stallwatch_probe_requests_total", (("target", NAME),))] == 0
+    assert metrics[("stallwatch_test_requests_total", (("target", NAME),))] == 0
     assert "GET /fault_tolerance/status" in sim.server.requests_by_path
     assert "POST /fault_tolerance/apply" not in sim.server.requests_by_path

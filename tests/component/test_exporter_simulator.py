@@ -53,7 +53,7 @@ async def test_batch_load_reads_busy_and_gets_no_test_request() -> None:
         assert len(states) >= 8
         assert states[0][0] == State.UNKNOWN  # first read: nothing to compare with
         assert {state for state, _ in states[1:]} == {State.BUSY}
-        assert metrics[("stallwatch_probe_requests_total", (("target", "gpu"),))] == 0
+        assert metrics[("stallwatch_test_requests_total", (("target", "gpu"),))] == 0
         assert USER_AGENT not in sim.stats()["completions_by_user_agent"]
 
 
@@ -110,6 +110,22 @@ async def test_hang_before_update_reads_unresponsive() -> None:
             found = await wait_for_state(service, "gpu", State.UNRESPONSIVE, polls=2)
     assert found.probe_failures >= 2
     assert sim.stats()["completions_by_user_agent"].get(USER_AGENT, 0) >= 2
+
+
+async def test_test_request_counters_are_published_under_both_names_until_0_3() -> None:
+    """The idle test request's counters carry their new names and, until 0.3, their old ones."""
+    async with running_simulator() as sim:
+        sim.apply_fault("hang_before_update")
+        async with exporter_for(target("gpu", sim.url)) as (service, url):
+            await wait_for_state(service, "gpu", State.UNRESPONSIVE, polls=2)
+            metrics = await scrape(url)
+    labels = (("target", "gpu"),)
+    sent = metrics[("stallwatch_test_requests_total", labels)]
+    failed = metrics[("stallwatch_test_request_failures_total", labels)]
+    assert sent >= 2
+    assert failed >= 2
+    assert metrics[("stallwatch_probe_requests_total", labels)] == sent
+    assert metrics[("stallwatch_probe_failures_total", labels)] == failed
 
 
 async def test_idle_server_gets_at_most_one_test_request_per_poll() -> None:

@@ -350,7 +350,7 @@ def test_the_test_request_panel_stays_flat_while_the_server_has_work(scenario: S
     """Busy, then stalled: the exporter sent no test request, and the panel shows only zeros."""
     (sent,) = [
         item
-        for item in answers_for(scenario, "stallwatch_probe_requests_total")
+        for item in answers_for(scenario, "stallwatch_test_requests_total")
         if item.query.ref_id == "A"
     ]
     assert values(sent)

@@ -80,36 +80,20 @@ async def server_counters(session: aiohttp.ClientSession, base_url: str) -> Serv
     return ServerCounters.parse(await fetch_metrics(session, base_url))
 
 
-def start_generations(
-    session: aiohttp.ClientSession,
-    base_url: str,
-    *,
-    count: int = CONCURRENT_GENERATIONS,
-    max_tokens: int = LONG_GENERATION_TOKENS,
-    prompt_words: int = 8,
-) -> list[asyncio.Task[dict[str, Any]]]:
-    """`count` concurrent greedy generations of exactly `max_tokens` tokens (EOS ignored)."""
-    return [
-        asyncio.create_task(complete(session, base_url, word_prompt(prompt_words), max_tokens))
-        for _ in range(count)
-    ]
-
-
 async def keep_generating(
     session: aiohttp.ClientSession,
     base_url: str,
     until: asyncio.Event,
     *,
     max_tokens: int = LONG_GENERATION_TOKENS,
-) -> int:
+) -> list[dict[str, Any]]:
     """One generation after another, each sent as soon as the last is answered, until `until`
-    is set; how many were answered. A fixed generation ends sooner on a faster CPU: this load
-    lasts as long as the test needs it, whatever the CPU."""
-    answered = 0
+    is set; the answers. A fixed generation ends sooner on a faster CPU: this load lasts as
+    long as the test needs it, whatever the CPU."""
+    answers: list[dict[str, Any]] = []
     while not until.is_set():
-        await complete(session, base_url, word_prompt(8), max_tokens)
-        answered += 1
-    return answered
+        answers.append(await complete(session, base_url, word_prompt(8), max_tokens))
+    return answers
 
 
 def sustained_generations(
@@ -118,9 +102,18 @@ def sustained_generations(
     until: asyncio.Event,
     *,
     count: int = CONCURRENT_GENERATIONS,
-) -> list[asyncio.Task[int]]:
+) -> list[asyncio.Task[list[dict[str, Any]]]]:
     """`count` concurrent `keep_generating` loops: `count` requests in flight until `until`."""
     return [asyncio.create_task(keep_generating(session, base_url, until)) for _ in range(count)]
+
+
+async def finish_sustained(
+    tasks: Sequence[asyncio.Task[list[dict[str, Any]]]], until: asyncio.Event
+) -> list[dict[str, Any]]:
+    """Set `until`, let each loop's generation in flight end, and return every answer."""
+    until.set()
+    answered = await asyncio.gather(*tasks)
+    return [answer for answers in answered for answer in answers]
 
 
 # vLLM's KV cache usage moves one block at a time (128 tokens on the CPU backend: 8 steps of the

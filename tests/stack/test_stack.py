@@ -83,7 +83,7 @@ async def exporter_state(session: aiohttp.ClientSession) -> tuple[str, float, fl
         states[0] if states else "none",
         sample(metrics, "stallwatch_target_state_polls", target="sim") or 0.0,
         sample(metrics, "stallwatch_polls_total", target="sim") or 0.0,
-        sample(metrics, "stallwatch_probe_requests_total", target="sim") or 0.0,
+        sample(metrics, "stallwatch_test_requests_total", target="sim") or 0.0,
     )
 
 

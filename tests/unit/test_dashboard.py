@@ -46,8 +46,8 @@ EXPORTER_METRICS = frozenset(
         "stallwatch_request_queue_time_mean_seconds",
         "stallwatch_last_progress_timestamp_seconds",
         "stallwatch_restarts_detected_total",
-        "stallwatch_probe_requests_total",
-        "stallwatch_probe_failures_total",
+        "stallwatch_test_requests_total",
+        "stallwatch_test_request_failures_total",
         "stallwatch_polls_total",
         "stallwatch_poll_errors_total",
         "stallwatch_poll_duration_seconds",
@@ -248,7 +248,7 @@ def test_every_metric_is_in_the_contract_the_rules_or_prometheus() -> None:
         "stallwatch_requests_waiting",
         "stallwatch_engine_steps_per_second",
         "stallwatch_generation_tokens_per_second",
-        "stallwatch_probe_requests_total",
+        "stallwatch_test_requests_total",
         "stallwatch_restarts_detected_total",
         "stallwatch_restarter_restarts_total",
         "stallwatch_restarter_skips_total",
@@ -363,7 +363,7 @@ def test_the_state_timeline_maps_every_state_code_of_the_recording_rule() -> Non
 @pytest.mark.parametrize(
     ("needle", "panel_type"),
     [
-        ("stallwatch_probe_requests_total", "timeseries"),
+        ("stallwatch_test_requests_total", "timeseries"),
         ('ALERTS{alertstate="firing"}', "state-timeline"),
         ("stallwatch_restarter_restarts", "timeseries"),
         ("stallwatch_restarter_skips", "timeseries"),
@@ -383,7 +383,7 @@ def test_test_requests_are_counted_with_increase() -> None:
     """The test-request panel plots increase() of the counter, which stays at 0 while busy."""
     expressions = dashboard_expressions(load_dashboard())
     assert any(
-        re.search(r"increase\(stallwatch_probe_requests_total\{[^}]*\}\[\$__\w+\]\)", expr)
+        re.search(r"increase\(stallwatch_test_requests_total\{[^}]*\}\[\$__\w+\]\)", expr)
         for expr in expressions
     )
 

@@ -34,8 +34,8 @@ def test_parse_exporter_metrics_reads_the_state_set() -> None:
                 f"{1 if state == 'busy' else 0}"
                 for state in ("down", "busy", "stalled", "idle")
             ),
-            "# TYPE stallwatch_probe_requests counter",
-            'stallwatch_probe_requests_total{target="gpu-a"} 7',
+            "# TYPE stallwatch_test_requests counter",
+            'stallwatch_test_requests_total{target="gpu-a"} 7',
             "# TYPE stallwatch_polls counter",
             'stallwatch_polls_total{target="gpu-a"} 42',
             "# TYPE stallwatch_target_up gauge",

@@ -7,7 +7,7 @@ import pytest
 
 from stallwatch.core.classify import State, classify
 from stallwatch.core.engines import PROFILES, profile_for
-from tests.unit.engine_support import payload, read, set_sample
+from tests.unit.engine_support import drop, payload, read, set_sample
 
 TRT_IDLE = payload("trtllm-idle.txt")
 TRT_BUSY_2 = payload("trtllm-busy-2.txt")
@@ -59,12 +59,24 @@ def test_trtllm_requests_completed_with_no_work_is_idle_by_real_traffic() -> Non
     assert not verdict.probe_needed
 
 
-def test_sglang_generation_in_flight_with_gauges_zero_sends_no_test_request() -> None:
-    """SGLang: gauges 0, nothing moved, one generation in flight at the HTTP layer: unknown."""
-    # A long prefill chunk: the log-point gauges are 0, no forward finished between the two
-    # reads, the idle loop did not turn, and the HTTP layer holds the request.
+def test_sglang_generation_in_flight_with_gauges_zero_and_nothing_moved_reads_stalled() -> None:
+    """SGLang: gauges 0, nothing moved, one generation in flight, the idle loop still: stalled
+    (a scheduler frozen in a long prefill), and no test request."""
+    # The log-point gauges are 0 during a chunked prefill; no pass between the two reads and an
+    # idle loop that did not turn: the scheduler neither forwards nor idles, as in a decode stall.
     busy = set_sample(SG_IDLE, SG_GENERATING, "1.0")
     verdict = classify(read(SG_IDLE, 0.0), read(busy, 15.0))
+    assert verdict.state == State.STALLED, verdict.reason
+    assert not verdict.probe_needed
+    assert "in flight at the HTTP layer" in verdict.reason
+
+
+def test_sglang_generation_in_flight_without_an_idle_loop_counter_sends_no_test_request() -> None:
+    """SGLang without `scheduler_idle_seconds_total`: gauges 0, nothing moved, one generation
+    in flight: unknown, never a test request (nothing tells a frozen loop from a lagging one)."""
+    idle = drop(SG_IDLE, SG_IDLE_SECONDS.split("{")[0])
+    busy = set_sample(idle, SG_GENERATING, "1.0")
+    verdict = classify(read(idle, 0.0), read(busy, 15.0))
     assert verdict.state == State.UNKNOWN, verdict.reason
     assert not verdict.probe_needed
     assert "in flight at the HTTP layer" in verdict.reason

@@ -53,7 +53,7 @@ CASES = [
         set_sample(BUSY_1, RUNNING, "0.0"),
         set_sample(BUSY_2, RUNNING, "0.0"),
         State.BUSY,
-        reason="40 decode steps",
+        reason="in flight at the HTTP layer",
     ),
     Case(
         "trap: stale running gauge after the requests ended, idle loop turning",

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from stallwatch.core.classify import State
+from stallwatch.core.poll_plan import allows_test_request
 from stallwatch.core.reading import parse_reading
-from stallwatch.exporter.fetch import allows_test_request
 from tests.unit.engine_support import Case, check, drop, payload, set_sample
 
 IDLE = payload("triton-trtllm-idle.txt")

@@ -21,12 +21,11 @@ from stallwatch.core.confirmation import (
 )
 from stallwatch.core.history import PollOutcome, TargetHistory
 from stallwatch.core.policy import CONFIRMED, History, decide_confirmed
+from stallwatch.core.poll_plan import ReadResult, unread_verdict
 from stallwatch.core.reading import parse_reading
 from stallwatch.core.rules import HUNG_ALERT, STUCK_ALERT, UNRESPONSIVE_ALERT, restart_alerts
 from stallwatch.exporter.check_cli import EXIT_DOWN, EXIT_STUCK, exit_code_for
 from stallwatch.exporter.collector import ExporterCollector
-from stallwatch.exporter.fetch import ReadResult
-from stallwatch.exporter.poll import unread_verdict
 from stallwatch.exporter.service import ReloadStatus
 from stallwatch.restarter.confirm import attempt
 from tests.fixtures import real_payload

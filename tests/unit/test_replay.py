@@ -255,7 +255,7 @@ def test_cli_rejects_a_bad_number(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 @pytest.mark.parametrize(
-    "step", ["settle_probe", "restart_alerts", "decide_confirmed", "with_window", "current_holds"]
+    "step", ["poll_plan", "restart_alerts", "decide_confirmed", "with_window", "current_holds"]
 )
 def test_stallwatchs_way_calls_the_pipelines_own_step(
     step: str, monkeypatch: pytest.MonkeyPatch

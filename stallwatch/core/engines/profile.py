@@ -159,6 +159,14 @@ class EngineProfile:
     # Non-empty: work gauges of 0 with nothing moved never prove this engine idle (the gauges
     # lag the work by whole requests), so no test request is ever sent on them; this says why.
     idle_unprovable: str = ""
+    # The idle-loop counter is flushed at most this often: reads closer together can show it
+    # flat while the loop idles.
+    idle_loop_flush_seconds: float = 0.0
+    # Roles of which a loaded engine publishes at least one; none of them with a sample: the
+    # engine is still loading (its /metrics holds startup series only), which proves nothing
+    # about idleness, so no test request is sent; `loading` says why. Empty: not applicable.
+    loaded_when: tuple[str, ...] = ()
+    loading: str = ""
     # Digits the engine prints its numbers with; counters at or above 10**digits lose increments.
     significant_digits: int | None = None
     # Where the engine publishes no start time, a counter that vanishes also marks a new process.

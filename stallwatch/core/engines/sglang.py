@@ -82,7 +82,16 @@ PROFILE = EngineProfile(
     work_gauge_lag=(
         "SGLang's work gauges are refreshed every 40 decode steps and, once idle, only every 30 s"
     ),
+    # scheduler_components/metrics_reporter.py: CPU and idle seconds flushed at most once a second.
+    idle_loop_flush_seconds=1.0,
     counters_vanish_on_restart=True,
+    # Before its own warm-up request has run, /metrics holds the startup and memory gauges and
+    # zeroed scheduler counters, but no work gauge and no pass counter yet.
+    loaded_when=("running", "waiting", "steps"),
+    loading=(
+        "still loading: /metrics holds only SGLang's startup series (no work gauge or pass "
+        "counter before its own warm-up request)"
+    ),
     inflight=InflightSeries("sglang:http_requests_active", "endpoint", _NOT_WORK),
     test_paths=OPENAI_TEST_PATHS,
     # sglang/srt/entrypoints/openai/protocol.py (0.5.23): `ModelCard.owned_by = "sglang"`.
@@ -96,10 +105,14 @@ PROFILE = EngineProfile(
     ),
     unsafe_endpoints=(
         Endpoint(
-            "GET", "/health", "runs a 1-token generation when idle; waits up to 20 s when busy"
+            "GET",
+            "/health",
+            "runs a 1-token generation; on a stuck server 503 after 20 s, and /ready and /ping "
+            "then answer 503 for everyone",
         ),
         Endpoint("GET", "/health_generate", "as /health"),
-        Endpoint("GET", "/server_info", "an RPC to every scheduler"),
+        Endpoint("GET", "/server_info", "an RPC to every scheduler: hangs while one is stuck"),
+        Endpoint("GET", "/get_server_info", "as /server_info"),
     ),
     flat_while_legit="a single forward longer than the interval; /pause_generation",
     restart_signal="a counter went down or vanished (no start time: fresh multiprocess directory)",

@@ -12,6 +12,10 @@ metrics_reporter.py):
   scheduler loop at most once a second, idle too, and freeze when the loop is stuck;
 - `prompt_tokens_total`, `generation_tokens_total`, `num_requests_total` move at request end;
 - metrics are multiprocess (a fresh directory per start): no `process_*`, no `_created`;
+- `http_requests_active{endpoint}` (the HTTP layer's own gauge) is live: during a chunked
+  prefill it is the only series that shows the request while both work gauges read 0;
+- after a restart, until its own warm-up request has run, `/metrics` holds only the startup
+  series (`startup_time_seconds`, `max_total_num_tokens`) and zeroed scheduler counters;
 - `/health` and `/health_generate` run a 1-token generation on an idle server, and on a busy one
   wait for the next batch result (503 after 20 s); `/ping` and `/ready` read a flag.
 """
@@ -63,6 +67,24 @@ CPU_SECONDS = (
     "sglang:scheduler_process_cpu_seconds",
     "Total CPU time consumed by the scheduler process across all threads.",
 )
+HTTP_ACTIVE = ("sglang:http_requests_active", "Number of currently active HTTP requests")
+STARTUP = (
+    "sglang:startup_time_seconds",
+    "Engine startup duration by phase in seconds.",
+)
+MAX_TOTAL_TOKENS = (
+    "sglang:max_total_num_tokens",
+    "Maximum total number of tokens in the KV cache pool.",
+)
+# What a restarted server's startup phases took (seconds), as the real CPU server published them.
+STARTUP_PHASES = (
+    ("load_weight", 0.13),
+    ("kv_cache_allocation", 1.42),
+    ("scheduler_e2e", 3.09),
+    ("tokenizer_e2e", 13.38),
+)
+# A restarted server loads for this long before its warm-up request has run.
+RESTART_LOADING_SECONDS = 1.0
 FINISHED_COUNTERS = (
     ("sglang:prompt_tokens", "Number of prefill tokens processed."),
     ("sglang:generation_tokens", "Number of generation tokens processed."),
@@ -77,6 +99,7 @@ class SglangFlavour(Flavour):
     models_owner = "sglang"  # sglang/srt/entrypoints/openai/protocol.py ModelCard
 
     def reset(self, now: float) -> None:
+        restarted = hasattr(self, "published")
         super().reset(now)
         initial = float(self.server.config.initial_decodes)
         self.published = {name: 0.0 for name, _ in SCHEDULER_GAUGES}
@@ -91,6 +114,8 @@ class SglangFlavour(Flavour):
         self.unflushed_idle = 0.0
         self.last_tick = now
         self.last_flush = now
+        # The simulator starts loaded; a `restart` loads again, as a new process would.
+        self.loading_until = now + RESTART_LOADING_SECONDS if restarted else now
         self.healthy = True
         self.health_generations = 0
         self.health_calls = 0
@@ -155,6 +180,8 @@ class SglangFlavour(Flavour):
         router.add_get("/ready", self.handle_ping)
 
     def render(self) -> MetricsResponse:
+        if self.server.clock() < self.loading_until:
+            return self._render_loading()
         scheduler = {
             "model_name": self.server.config.model,
             "engine_type": "unified",
@@ -174,6 +201,11 @@ class SglangFlavour(Flavour):
             (CPU_SECONDS, self.cpu_seconds),
         ):
             families.append(FamilyDump(name, "counter", help_text, [Series(scheduler, value)]))
+        http = [Series({"endpoint": "/metrics", "method": "GET"}, 1.0)]
+        if in_flight := self.server.in_flight_count():
+            labels = {"endpoint": "/v1/completions", "method": "POST"}
+            http.append(Series(labels, float(in_flight)))
+        families.append(FamilyDump(HTTP_ACTIVE[0], "gauge", HTTP_ACTIVE[1], http))
         for name, help_text in FINISHED_COUNTERS:
             series = (
                 [Series({**tokenizer, "is_streaming": "false"}, self.finished[name])]
@@ -181,6 +213,31 @@ class SglangFlavour(Flavour):
                 else []
             )
             families.append(FamilyDump(name, "counter", help_text, series))
+        return MetricsResponse(prometheus_client_text(families), PROMETHEUS_CONTENT_TYPE)
+
+    def _render_loading(self) -> MetricsResponse:
+        """Before the warm-up request: startup series and zeroed scheduler counters only."""
+        model = self.server.config.model
+        scheduler = {
+            "model_name": model,
+            "engine_type": "unified",
+            "tp_rank": "0",
+            "pp_rank": "0",
+            "moe_ep_rank": "0",
+        }
+        startup = {"model_name": model, "engine_type": "unified"}
+        families = [
+            FamilyDump(name, "counter", help_text, [Series(scheduler, 0.0)])
+            for name, help_text in (IDLE_SECONDS, CPU_SECONDS)
+        ]
+        tokens = float(self.server.config.kv_cache_tokens)
+        families.append(
+            FamilyDump(
+                *MAX_TOTAL_TOKENS[:1], "gauge", MAX_TOTAL_TOKENS[1], [Series(scheduler, tokens)]
+            )
+        )
+        phases = [Series({**startup, "phase": phase}, took) for phase, took in STARTUP_PHASES]
+        families.append(FamilyDump(STARTUP[0], "gauge", STARTUP[1], phases))
         return MetricsResponse(prometheus_client_text(families), PROMETHEUS_CONTENT_TYPE)
 
     @staticmethod

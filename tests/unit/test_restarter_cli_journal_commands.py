@@ -1,0 +1,51 @@
+"""The restarter's journal-writing commands (pause, resume, hold, unhold) take --config and
+--reason alike, from one helper."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from stallwatch.cli import build_parser
+from stallwatch.common.cli import EXIT_USAGE
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    return build_parser().parse_args(list(argv))
+
+
+@pytest.mark.parametrize(
+    ("argv", "control"),
+    [
+        (("pause",), "paused"),
+        (("pause", "--for", "2h"), "paused"),
+        (("resume",), "resumed"),
+        (("hold", "gpu1", "--for", "5m"), "hold"),
+        (("unhold", "gpu1"), "hold_released"),
+    ],
+)
+def test_each_takes_config_and_reason(argv: tuple[str, ...], control: str) -> None:
+    """Each command reads `--config FILE` and `--reason TEXT` into the same fields."""
+    args = parse("restarter", *argv, "--config", "r.yml", "--reason", "maintenance")
+    assert (str(args.control_config), args.reason, args.control) == (
+        "r.yml",
+        "maintenance",
+        control,
+    )
+
+
+@pytest.mark.parametrize(
+    "argv", [("pause",), ("resume",), ("hold", "gpu1", "--for", "5m"), ("unhold", "gpu1")]
+)
+def test_each_needs_its_config(argv: tuple[str, ...], capsys: pytest.CaptureFixture[str]) -> None:
+    """Without --config each command is a usage error naming the option."""
+    with pytest.raises(SystemExit) as raised:
+        parse("restarter", *argv)
+    assert raised.value.code == EXIT_USAGE
+    assert "--config" in capsys.readouterr().err
+
+
+def test_the_reason_defaults_to_empty() -> None:
+    """No --reason: an empty reason (the command then writes one of its own)."""
+    assert parse("restarter", "unhold", "gpu1", "--config", "r.yml").reason == ""
