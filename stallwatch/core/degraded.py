@@ -58,6 +58,9 @@ class Degradation:
 
     since: Mapping[str, float] = field(default_factory=lambda: _NONE)
     baseline: tuple[float, ...] = ()
+    # The requests running at the latest busy reads (at most `baseline_samples`), emptied on a
+    # restart: the most this server has recently run at once.
+    running_seen: tuple[float, ...] = ()
     measures: Measures = Measures()
     reasons: tuple[str, ...] = ()
     details: Mapping[str, str] = field(default_factory=lambda: _NO_TEXT)
@@ -131,6 +134,19 @@ def _admission_stalled(
     return bool(known) and not any(value > 0 for value in known)
 
 
+def _saturated(
+    state: Degradation, pairs: list[tuple[EngineSample, EngineSample]], config: DegradedConfig
+) -> bool:
+    """Whether the server is full: as many requests running as it has recently run at most (or
+    no busy read to tell), or its KV cache full. Requests waiting for a full server wait for
+    capacity (a batch job that fills every slot), not because the server is degraded."""
+    running_now = _total((new for _, new in pairs), "running") or 0.0
+    usages = [new.kv_cache_usage for _, new in pairs if new.kv_cache_usage is not None]
+    if usages and max(usages) >= config.kv_cache_full:
+        return True
+    return not state.running_seen or running_now >= max(state.running_seen)
+
+
 def judge(
     state: Degradation,
     previous: Reading | None,
@@ -180,8 +196,9 @@ def judge(
         else:
             baseline = (*baseline, rate)[-config.baseline_samples :]
 
+    saturated = _saturated(state, pairs, config)
     if profile.judges(ADMISSION_STALLED):
-        stalled = _admission_stalled(profile, pairs)
+        stalled = _admission_stalled(profile, pairs) and not saturated
         holds[ADMISSION_STALLED] = stalled
         if stalled:
             details[ADMISSION_STALLED] = (
@@ -213,7 +230,7 @@ def judge(
         waited = _delta(pairs, "queue_time_sum")
         if left is not None and waited is not None and left > 0 and waited >= 0:
             queue_time = waited / left
-            long_wait = queue_time > config.queue_time_seconds
+            long_wait = queue_time > config.queue_time_seconds and not saturated
             holds[QUEUE_TIME] = long_wait
             if long_wait:
                 details[QUEUE_TIME] = (
@@ -235,9 +252,11 @@ def judge(
         elif held:
             since[reason] = state.since.get(reason, previous.taken_at)
     reasons = tuple(r for r in DEGRADED_REASONS if r in since and now - since[r] >= windows[r])
+    running_now = _total((new for _, new in pairs), "running") or 0.0
     return Degradation(
         since=MappingProxyType(since),
         baseline=baseline,
+        running_seen=(*state.running_seen, running_now)[-config.baseline_samples :],
         measures=Measures(
             rate_per_request=rate,
             baseline_rate_per_request=reference if learned else None,
@@ -256,5 +275,7 @@ def _reset(state: Degradation, config: DegradedConfig) -> Degradation:
     learned = len(state.baseline) >= config.baseline_min_samples
     reference = statistics.median(state.baseline) if learned else None
     return Degradation(
-        baseline=state.baseline, measures=Measures(baseline_rate_per_request=reference)
+        baseline=state.baseline,
+        running_seen=state.running_seen,
+        measures=Measures(baseline_rate_per_request=reference),
     )

@@ -89,9 +89,11 @@ def slow(factor: float) -> Callable[[Server], Server]:
 
 
 def not_admitting(server: Server) -> Server:
-    """Decode goes on for the requests running; the queue is never admitted."""
+    """Decode goes on for the one request left running; the queue is never admitted although
+    the server has run four at once (`Running: 1, Waiting: 5`, as in the field report)."""
     return replace(
         server,
+        running=1.0,
         waiting=5.0,
         steps=server.steps + 20 * GAP,
         generation_tokens=server.generation_tokens + 20 * GAP * server.running,
@@ -102,9 +104,15 @@ def thrashing(server: Server) -> Server:
     return replace(healthy(server), preemptions=server.preemptions + 30, kv_cache_usage=0.99)
 
 
+def full_and_not_admitting(server: Server) -> Server:
+    """Every slot the server has used is taken by long requests; the queue waits for one."""
+    return replace(not_admitting(server), running=server.running)
+
+
 def queued_long(server: Server) -> Server:
     return replace(
         healthy(server),
+        running=2.0,
         waiting=10.0,
         queue_time_sum=server.queue_time_sum + 2 * 90.0,
         queue_time_count=server.queue_time_count + 2,
@@ -391,3 +399,41 @@ def test_one_stalled_read_between_busy_ones_neither_ends_nor_hides_a_collapse() 
     assert seen[-2].reasons == seen[-3].reasons == (THROUGHPUT_COLLAPSE,)
     ended = run("vllm", [WARMUP, *alternating, (2, frozen)])
     assert not ended[-1].degraded
+
+
+@pytest.mark.parametrize("kind", ["vllm", "llamacpp"])
+def test_a_full_server_with_a_queue_is_not_degraded(kind: str) -> None:
+    """Requests waiting for a server running as many as it has run at most are capacity, not
+    degradation: no admission_stalled, however long."""
+    polls = int(CONFIG.admission_window_seconds / GAP) * 2
+    seen = run(kind, [WARMUP, (polls, full_and_not_admitting)])
+    assert all(ADMISSION_STALLED not in state.reasons for state in seen)
+
+
+def test_long_queue_times_of_a_full_server_are_not_degraded() -> None:
+    """Long queue times at full occupancy (a batch job filling every slot) are not degraded."""
+    polls = int(CONFIG.queue_time_window_seconds / GAP) * 2
+
+    def full_queue(server: Server) -> Server:
+        return replace(queued_long(server), running=server.running)
+
+    seen = run("vllm", [WARMUP, (polls, full_queue)])
+    assert all(QUEUE_TIME not in state.reasons for state in seen)
+
+
+def test_long_queue_times_with_the_kv_cache_full_are_not_degraded() -> None:
+    """Long queue times with the KV cache full wait for capacity: not degraded by queue time."""
+    polls = int(CONFIG.queue_time_window_seconds / GAP) * 2
+
+    def kv_full_queue(server: Server) -> Server:
+        return replace(queued_long(server), kv_cache_usage=0.97)
+
+    seen = run("vllm", [WARMUP, (polls, kv_full_queue)])
+    assert all(QUEUE_TIME not in state.reasons for state in seen)
+
+
+def test_the_running_seen_is_bounded() -> None:
+    """The memory of running requests holds at most baseline_samples reads."""
+    config = replace(CONFIG, baseline_samples=5)
+    seen = run("vllm", [(30, healthy)], config=config)
+    assert len(seen[-1].running_seen) == 5
