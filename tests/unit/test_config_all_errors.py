@@ -33,7 +33,7 @@ modules:
 EXPORTER_ERRORS = [
     (
         "colour",
-        "unknown key (known keys: interval, listen, max_payload_bytes, modules, probe, "
+        "unknown key (known keys: degraded, interval, listen, max_payload_bytes, modules, probe, "
         "targets, timeout)",
     ),
     ("listen", "expected host:port, e.g. 127.0.0.1:9732, got 'localhost'"),
