@@ -7,22 +7,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from types import MappingProxyType
-from typing import Literal, cast, get_args
+from typing import Literal, cast
 from urllib.parse import urlsplit, urlunsplit
 
 from stallwatch.common.allowlist import AllowRuleError, parse_allow_rule
 from stallwatch.common.config import ConfigError, Section
+from stallwatch.engines import AUTO, DEFAULT_METRICS_PATH, TARGET_KINDS, default_metrics_path
 
-TargetKind = Literal[
-    "auto", "vllm", "sglang", "tgi", "llamacpp", "lmdeploy", "trtllm", "triton", "proxy"
-]
-# Every value of a target's `kind` (`auto`, the default, recognises the engine from its
-# families). The engine profiles in the core hold the same list; a unit test keeps them equal.
-TARGET_KINDS: tuple[str, ...] = get_args(TargetKind)
-DEFAULT_METRICS_PATH = "/metrics"
-# Engines that publish Prometheus metrics somewhere else (trtllm-serve's `/metrics` is a
-# destructive JSON read of its stats queue).
-ENGINE_METRICS_PATHS: Mapping[str, str] = MappingProxyType({"trtllm": "/prometheus/metrics"})
+# A target's `kind`: one of the engine registry's TARGET_KINDS (`auto`, the default, recognises
+# the engine from its families; `proxy` reads no metrics of its own).
+TargetKind = str
 ProbeEndpoint = Literal["completions", "chat"]
 PROBE_ENDPOINTS: tuple[str, ...] = ("completions", "chat")
 DEFAULT_LISTEN = "127.0.0.1:9732"
@@ -299,10 +293,8 @@ def _target(
     for label in labels:
         if not _LABEL_NAME.match(label) or label.startswith("__") or label in _RESERVED_LABELS:
             section.report("labels", f"{label!r} cannot be used as a label name")
-    kind = cast(TargetKind, section.choice("kind", "auto", TARGET_KINDS))
-    metrics_path = section.string(
-        "metrics_path", ENGINE_METRICS_PATHS.get(kind, DEFAULT_METRICS_PATH)
-    )
+    kind = section.choice("kind", AUTO, TARGET_KINDS)
+    metrics_path = section.string("metrics_path", default_metrics_path(kind))
     if not metrics_path.startswith("/"):
         section.report("metrics_path", "must start with /")
     target = TargetConfig(
@@ -340,10 +332,8 @@ def _module(
         problem = allow_rule_problem(entry)
         if problem:
             section.report(f"allow[{index}]", problem)
-    kind = cast(TargetKind, section.choice("kind", "auto", TARGET_KINDS))
-    metrics_path = section.string(
-        "metrics_path", ENGINE_METRICS_PATHS.get(kind, DEFAULT_METRICS_PATH)
-    )
+    kind = section.choice("kind", AUTO, TARGET_KINDS)
+    metrics_path = section.string("metrics_path", default_metrics_path(kind))
     if not metrics_path.startswith("/"):
         section.report("metrics_path", "must start with /")
     module_interval = section.duration("interval", interval, minimum=MIN_INTERVAL_SECONDS)

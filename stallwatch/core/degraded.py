@@ -19,8 +19,9 @@ from types import MappingProxyType
 
 from stallwatch.common.exporter_config import DegradedConfig
 from stallwatch.core.classify import State, Verdict
-from stallwatch.core.engines import profile_for
-from stallwatch.core.engines.profile import (
+from stallwatch.core.reading import EngineSample, Reading
+from stallwatch.engines import profile_for
+from stallwatch.engines.profile import (
     ADMISSION_STALLED,
     DEGRADED_REASONS,
     PREEMPTION_STORM,
@@ -28,7 +29,6 @@ from stallwatch.core.engines.profile import (
     THROUGHPUT_COLLAPSE,
     EngineProfile,
 )
-from stallwatch.core.reading import EngineSample, Reading
 
 _NONE: Mapping[str, float] = MappingProxyType({})
 _NO_TEXT: Mapping[str, str] = MappingProxyType({})

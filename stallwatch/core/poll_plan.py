@@ -27,9 +27,9 @@ from stallwatch.core.classify import (
     hung,
     with_probe_result,
 )
-from stallwatch.core.engines import AUTO, PROFILES, auto_metrics_path, identify
 from stallwatch.core.probe import probe_deferred, probe_due, settle_probe
 from stallwatch.core.reading import Reading, known_engine
+from stallwatch.engines import AUTO, PROFILES, auto_metrics_path, identify
 
 # Statuses of a server that is up but publishes no metrics (Ollama: 404; llama.cpp without
 # --metrics: 501).

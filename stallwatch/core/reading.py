@@ -1,7 +1,7 @@
 """Parse a model server's `/metrics` payload into a `Reading`: the common engine sample, per engine.
 
 Which series feed which field of the sample is each engine's profile
-(`stallwatch.core.engines`); `kind="auto"` reads every profile's series in one pass and keeps
+(`stallwatch.engines`); `kind="auto"` reads every profile's series in one pass and keeps
 the engine whose identifying families are present. A payload is tens of KB of exposition
 text of which a few dozen lines matter: the parser looks at each line's first character and
 metric name first and parses labels and value only for the lines it wants. A garbled payload
@@ -15,8 +15,8 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
-from stallwatch.core.engines import AUTO, PROFILES, profile_for
-from stallwatch.core.engines.profile import COUNTER_ROLES, EngineProfile, InflightSeries, Series
+from stallwatch.engines import AUTO, PROFILES, profile_for
+from stallwatch.engines.profile import COUNTER_ROLES, EngineProfile, InflightSeries, Series
 
 PROCESS_START_TIME = "process_start_time_seconds"
 
@@ -308,11 +308,10 @@ def parse_reading(payload: str, *, taken_at: float, kind: str = AUTO) -> Reading
                 .setdefault(profile.kind, {})
                 .setdefault(_identity(profile, labels), {})
             )
-            role = rule.role
-            if rule.summed and role in engine_values:
-                engine_values[role] += value
+            if rule.summed and rule.role in engine_values:
+                engine_values[rule.role] += value
             else:
-                engine_values[role] = value
+                engine_values[rule.role] = value
     for split_kind, parts in split_values.items():
         for key, part_values in parts.items():
             engine_totals = values.setdefault(split_kind, {}).setdefault(key, {})

@@ -27,9 +27,9 @@ from stallwatch.common.exporter_config import (
     metrics_in_base_url,
 )
 from stallwatch.core.classify import State
-from stallwatch.core.engines import AUTO, TARGET_KINDS, default_metrics_path
 from stallwatch.core.history import TargetHistory
 from stallwatch.core.rules import POLLS_TO_FIRE, RESTART_ALERT_STATES, restart_alerts
+from stallwatch.engines import AUTO, TARGET_KINDS, default_metrics_path
 from stallwatch.exporter.fetch import DEFAULT_MAX_BYTES
 from stallwatch.exporter.poll import poll_once
 

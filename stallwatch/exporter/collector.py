@@ -10,9 +10,9 @@ from prometheus_client.registry import Collector
 from stallwatch import __version__
 from stallwatch.common.exporter_config import ExporterConfig, TargetConfig
 from stallwatch.core.classify import State
-from stallwatch.core.engines import AUTO, PROFILES, PROXY
-from stallwatch.core.engines.profile import DEGRADED_REASONS
 from stallwatch.core.history import TargetHistory
+from stallwatch.engines import AUTO, PROFILES, PROXY
+from stallwatch.engines.profile import DEGRADED_REASONS
 from stallwatch.exporter.service import ReloadStatus
 
 REFRESH = "Refreshed every poll interval of the target."

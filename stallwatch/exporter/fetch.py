@@ -20,9 +20,6 @@ import aiohttp
 
 from stallwatch import USER_AGENT
 from stallwatch.common.exporter_config import ProbeEndpoint
-from stallwatch.core.engines import AUTO, PROFILES, model_owners
-from stallwatch.core.engines.llamacpp import START_HEADER
-from stallwatch.core.engines.profile import faulted_engines
 from stallwatch.core.poll_plan import (
     TEST_PATHS,
     ModelsAnswer,
@@ -31,6 +28,9 @@ from stallwatch.core.poll_plan import (
     join_url,
 )
 from stallwatch.core.reading import Reading, parse_reading, with_start_marker
+from stallwatch.engines import AUTO, PROFILES, model_owners
+from stallwatch.engines.llamacpp import START_HEADER
+from stallwatch.engines.profile import faulted_engines
 from stallwatch.exporter.offload import run_sized
 
 DEFAULT_MAX_BYTES = 8 * 1024 * 1024

@@ -13,13 +13,13 @@ import pytest
 
 from stallwatch.common.exporter_config import DegradedConfig
 from stallwatch.core.classify import State
-from stallwatch.core.engines import PROFILES
-from stallwatch.core.engines.profile import (
+from stallwatch.core.history import STALL_STATES, TargetHistory
+from stallwatch.engines import PROFILES
+from stallwatch.engines.profile import (
     ADMISSION_STALLED,
     PREEMPTION_STORM,
     THROUGHPUT_COLLAPSE,
 )
-from stallwatch.core.history import STALL_STATES, TargetHistory
 from stallwatch.simulator.testing import SimHandle, running_simulator
 from tests.component.exporter_support import exporter_for, record_histories, scrape, target
 

@@ -12,7 +12,7 @@ import pytest
 from stallwatch import USER_AGENT
 from stallwatch.common.exporter_config import ProbeConfig
 from stallwatch.core.classify import State
-from stallwatch.core.engines import PROFILES
+from stallwatch.engines import PROFILES
 from stallwatch.exporter.check_cli import run_check
 from stallwatch.simulator.config import SimConfig
 from stallwatch.simulator.engines import ENGINES

@@ -10,8 +10,8 @@ import aiohttp
 
 from stallwatch.common.exporter_config import DegradedConfig
 from stallwatch.core.classify import State
-from stallwatch.core.engines.profile import PREEMPTION_STORM
 from stallwatch.core.history import STALL_STATES
+from stallwatch.engines.profile import PREEMPTION_STORM
 from tests.component.exporter_support import exporter_for, record_histories, scrape
 from tests.real.scenario_support import (
     cancel_all,

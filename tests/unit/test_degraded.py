@@ -10,16 +10,16 @@ import pytest
 from stallwatch.common.exporter_config import DegradedConfig, ExporterConfig, TargetConfig
 from stallwatch.core.classify import State, classify
 from stallwatch.core.degraded import NOT_DEGRADED, Degradation, judge
-from stallwatch.core.engines import PROFILES
-from stallwatch.core.engines.profile import (
+from stallwatch.core.history import PollOutcome, TargetHistory
+from stallwatch.core.reading import EngineSample, Reading
+from stallwatch.engines import PROFILES
+from stallwatch.engines.profile import (
     ADMISSION_STALLED,
     DEGRADED_REASONS,
     PREEMPTION_STORM,
     QUEUE_TIME,
     THROUGHPUT_COLLAPSE,
 )
-from stallwatch.core.history import PollOutcome, TargetHistory
-from stallwatch.core.reading import EngineSample, Reading
 from stallwatch.exporter.collector import ExporterCollector
 from stallwatch.exporter.service import ReloadStatus
 

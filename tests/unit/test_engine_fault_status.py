@@ -8,8 +8,8 @@ from dataclasses import replace
 import pytest
 
 from stallwatch.core.classify import State, Verdict, held_by_engine_fault_tolerance
-from stallwatch.core.engines import profile_for
-from stallwatch.core.engines.profile import FaultStatus, faulted_engines
+from stallwatch.engines import profile_for
+from stallwatch.engines.profile import FaultStatus, faulted_engines
 
 CHECK = FaultStatus("/fault_tolerance/status")
 # vllm 0.33 v1/engine/core_client.py `get_status` and engine_core_sentinel.py `_push_status`.

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from stallwatch.core.engines import (
+from stallwatch.core.reading import Reading, known_engine, parse_reading
+from stallwatch.engines import (
     DEFAULT_METRICS_PATH,
     PROFILES,
     auto_metrics_path,
@@ -15,7 +16,6 @@ from stallwatch.core.engines import (
     model_owners,
     profile_for,
 )
-from stallwatch.core.reading import Reading, known_engine, parse_reading
 from tests.unit.engine_support import ENGINES, payload
 
 ANSWERS: dict[str, Any] = json.loads((ENGINES / "v1-models.json").read_text(encoding="utf-8"))

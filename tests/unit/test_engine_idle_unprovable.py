@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from stallwatch.core.classify import State, classify
-from stallwatch.core.engines import PROFILES, profile_for
+from stallwatch.engines import PROFILES, profile_for
 from tests.unit.engine_support import drop, payload, read, set_sample
 
 TRT_IDLE = payload("trtllm-idle.txt")

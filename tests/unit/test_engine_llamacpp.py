@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from stallwatch.core.classify import State, classify
-from stallwatch.core.engines import profile_for
+from stallwatch.engines import profile_for
 from tests.fixtures import real_payload
 from tests.unit.engine_support import Case, check, payload, read, set_sample
 

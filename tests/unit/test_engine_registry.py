@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from stallwatch.core.engines import ENGINE_KINDS, OLLAMA, PROFILES, TARGET_KINDS
 from stallwatch.core.reading import parse_reading
+from stallwatch.engines import ENGINE_KINDS, OLLAMA, PROFILES, TARGET_KINDS
 from tests.fixtures import real_payload
 from tests.unit.engine_support import payload
 
@@ -74,16 +74,10 @@ def test_ollama_has_no_metrics_and_is_never_an_engine_kind() -> None:
     assert OLLAMA.stall_unprovable
 
 
-def test_the_config_knows_exactly_the_kinds_and_metrics_paths_of_the_profiles() -> None:
-    """The leaf's list of target kinds and default metrics paths equals the core's profiles
-    (the config may not import the core, so the two are held together here)."""
-    from stallwatch.common import exporter_config
-    from stallwatch.core import engines
+def test_every_profile_has_a_simulator_flavour_or_says_why_not() -> None:
+    """Each engine profile is played by the simulator, or listed with why it is not."""
+    from stallwatch.simulator.engines import ENGINES, WITHOUT_A_FLAVOUR
 
-    assert exporter_config.TARGET_KINDS == engines.TARGET_KINDS
-    for kind in engines.ENGINE_KINDS:
-        expected = engines.default_metrics_path(kind)
-        configured = exporter_config.ENGINE_METRICS_PATHS.get(
-            kind, exporter_config.DEFAULT_METRICS_PATH
-        )
-        assert configured == expected, kind
+    assert set(ENGINES) <= set(PROFILES), sorted(set(ENGINES) - set(PROFILES))
+    assert set(PROFILES) - set(ENGINES) == set(WITHOUT_A_FLAVOUR)
+    assert all(WITHOUT_A_FLAVOUR.values())

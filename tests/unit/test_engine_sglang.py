@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from stallwatch.core.classify import State
-from stallwatch.core.engines import profile_for
+from stallwatch.engines import profile_for
 from tests.unit.engine_support import Case, check, drop, payload, read, set_sample
 
 IDLE = payload("sglang-0.5.23-idle.txt")

@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from stallwatch.core.classify import State
-from stallwatch.core.engines import profile_for
+from stallwatch.engines import profile_for
 from tests.unit.engine_support import Case, check, drop, judge, payload, read, set_sample
 
 IDLE = payload("tgi-3.3.7-idle.txt")

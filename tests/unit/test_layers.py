@@ -1,6 +1,7 @@
 """The layers hold: leaf < core < edges < face, proved by imports in a fresh interpreter and by ast.
 
-- the leaf (`stallwatch`, `stallwatch.common`) imports nothing of the project but `stallwatch`;
+- the leaf (`stallwatch`, `stallwatch.engines`, `stallwatch.common`) imports nothing of the
+  project but the leaf: the engine profiles import only themselves, the config may read them;
 - the core (`stallwatch.core`) imports only the leaf and the standard library, and loading it
   loads no aiohttp, asyncio, sqlite3, subprocess or yaml;
 - the edges (`stallwatch.exporter`, `stallwatch.restarter`, `stallwatch.simulator`) import the
@@ -22,6 +23,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "stallwatch"
 LEAF, CORE, EDGE, FACE = 0, 1, 2, 3
+LEAF_GROUPS = ("stallwatch", "engines", "common")
 LAYER_NAMES = {LEAF: "leaf", CORE: "core", EDGE: "edge", FACE: "face"}
 EDGES = ("exporter", "restarter", "simulator")
 FACE_PREFIXES = ("cli", "demo", "replay", "localstack", "__main__")
@@ -46,7 +48,7 @@ def group_of(module: str) -> str:
 
 
 def layer_of(group: str) -> int:
-    if group in ("stallwatch", "common"):
+    if group in LEAF_GROUPS:
         return LEAF
     if group == "core":
         return CORE
@@ -143,16 +145,27 @@ def test_core_module_loads_no_io_library_and_no_edge(module: str) -> None:
     io = sorted({m.split(".")[0] for m in loaded} & set(FORBIDDEN_IN_CORE))
     assert not io, f"{module} loads {io}"
     project = [m for m in loaded if m.split(".")[0] == "stallwatch"]
-    outside = sorted(m for m in project if group_of(m) not in ("stallwatch", "common", "core"))
+    outside = sorted(m for m in project if group_of(m) not in (*LEAF_GROUPS, "core"))
     assert not outside, f"{module} loads {outside}"
 
 
-@pytest.mark.parametrize("module", ["stallwatch", *modules_of("common")])
+@pytest.mark.parametrize("module", ["stallwatch", *modules_of("common"), *modules_of("engines")])
 def test_leaf_module_loads_nothing_of_the_project_but_the_leaf(module: str) -> None:
-    """Importing the leaf loads only `stallwatch` and `stallwatch.common` of the project."""
+    """Importing the leaf loads only `stallwatch`, `stallwatch.engines` and `stallwatch.common`
+    of the project, and loads none of the I/O libraries."""
     loaded = loaded_after_import(module)
     project = sorted(m for m in loaded if m.split(".")[0] == "stallwatch")
-    assert all(group_of(m) in ("stallwatch", "common") for m in project), project
+    assert all(group_of(m) in LEAF_GROUPS for m in project), project
+    if group_of(module) == "engines":
+        assert not {m.split(".")[0] for m in loaded} & set(FORBIDDEN_IN_CORE)
+
+
+@pytest.mark.parametrize("module", modules_of("engines"))
+def test_engine_profiles_import_only_themselves(module: str) -> None:
+    """An engine profile module imports no project module outside `stallwatch.engines`."""
+    known = set(project_modules())
+    outside = sorted(m for m in imported_modules(module, known) if group_of(m) != "engines")
+    assert not outside, f"{module} imports {outside}"
 
 
 @pytest.mark.parametrize("module", modules_of("exporter"))
@@ -185,3 +198,4 @@ def test_the_graph_sees_the_imports_it_checks() -> None:
     assert {"core", "common", "stallwatch"} <= graph["exporter"]
     assert "exporter" in graph["restarter"]
     assert "common" in graph["core"]
+    assert "engines" in graph["common"]

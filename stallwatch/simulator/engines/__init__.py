@@ -29,8 +29,11 @@ FLAVOURS: dict[str, type[Flavour]] = {
     )
 }
 ENGINES = ("vllm", *FLAVOURS)
+# Engine profiles the simulator does not play, each with why (none today: every profile has a
+# flavour; a test holds the profiles, the flavours and this list together).
+WITHOUT_A_FLAVOUR: dict[str, str] = {}
 
-__all__ = ["ENGINES", "FLAVOURS", "Flavour", "make_flavour"]
+__all__ = ["ENGINES", "FLAVOURS", "WITHOUT_A_FLAVOUR", "Flavour", "make_flavour"]
 
 
 def make_flavour(engine: str, server: SimServer) -> Flavour | None:

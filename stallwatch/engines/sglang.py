@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
-from stallwatch.core.engines.profile import (
+from stallwatch.engines.profile import (
     ADMISSION_STALLED,
     OPENAI_TEST_PATHS,
     PREEMPTION_STORM,

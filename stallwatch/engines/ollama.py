@@ -6,7 +6,7 @@ reads `no_metrics` and is never restarted on stallwatch's evidence.
 
 from __future__ import annotations
 
-from stallwatch.core.engines.profile import Endpoint, EngineProfile
+from stallwatch.engines.profile import Endpoint, EngineProfile
 
 PROFILE = EngineProfile(
     kind="ollama",

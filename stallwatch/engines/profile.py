@@ -12,27 +12,27 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Literal, get_args
 
 # The fields of the common sample a series can feed (see reading.EngineSample).
-ROLES: frozenset[str] = frozenset(
-    {
-        "running",  # work gauges: requests in the engine's batch
-        "waiting",  # work gauges: requests queued for it (several series are added up)
-        "kv_cache_usage",  # a gauge that moves during legitimate work (vLLM)
-        "awake",  # 0 while the engine sleeps
-        "steps",  # the per-forward progress counter (forwards finished)
-        "forwards_started",  # forwards begun: minus steps and failures, the forward in flight
-        "forwards_failed",
-        "forward_tokens",  # tokens computed per forward (moves per step)
-        "generation_tokens",
-        "prompt_tokens",
-        "requests_completed",
-        "preemptions",
-        "idle_loop",  # a counter that moves only while the engine loop turns without work
-        "queue_time_sum",  # a queue-time histogram's _sum and _count (seconds, requests)
-        "queue_time_count",
-    }
-)
+Role = Literal[
+    "running",  # work gauges: requests in the engine's batch
+    "waiting",  # work gauges: requests queued for it (several series are added up)
+    "kv_cache_usage",  # a gauge that moves during legitimate work (vLLM)
+    "awake",  # 0 while the engine sleeps
+    "steps",  # the per-forward progress counter (forwards finished)
+    "forwards_started",  # forwards begun: minus steps and failures, the forward in flight
+    "forwards_failed",
+    "forward_tokens",  # tokens computed per forward (moves per step)
+    "generation_tokens",
+    "prompt_tokens",
+    "requests_completed",
+    "preemptions",
+    "idle_loop",  # a counter that moves only while the engine loop turns without work
+    "queue_time_sum",  # a queue-time histogram's _sum and _count (seconds, requests)
+    "queue_time_count",
+]
+ROLES: frozenset[str] = frozenset(get_args(Role))
 COUNTER_ROLES: tuple[str, ...] = (
     "steps",
     "forwards_started",
@@ -53,7 +53,7 @@ class Series:
     every kept sample of one engine (a counter split by `mode`, `method`, `finished_reason`).
     """
 
-    role: str
+    role: Role
     summed: bool = False
     label: str | None = None
     values: frozenset[str] = frozenset()

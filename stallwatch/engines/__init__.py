@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 
-from stallwatch.core.engines import llamacpp, lmdeploy, ollama, sglang, tgi, triton, trtllm, vllm
-from stallwatch.core.engines.profile import Endpoint, EngineProfile, Series
+from stallwatch.engines import llamacpp, lmdeploy, ollama, sglang, tgi, triton, trtllm, vllm
+from stallwatch.engines.profile import Endpoint, EngineProfile, Series
 
 # Engines whose /metrics stallwatch reads, in the order `kind: auto` prefers on a tie.
 PROFILES: Mapping[str, EngineProfile] = MappingProxyType(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
-from stallwatch.core.engines.profile import (
+from stallwatch.engines.profile import (
     OPENAI_TEST_PATHS,
     PREEMPTION_STORM,
     QUEUE_TIME,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from stallwatch.core.engines.profile import (
+from stallwatch.engines.profile import (
     OPENAI_TEST_PATHS,
     Endpoint,
     EngineProfile,
