@@ -28,10 +28,10 @@ from stallwatch.common.config_files import load_exporter_config
 from stallwatch.common.exporter_config import ExporterConfig
 from stallwatch.core.probe_schedule import read_budget
 from stallwatch.exporter.collector import ExporterCollector
-from stallwatch.exporter.gate import ConnectionGate, RequestsSeen, cap_for_open_files
 from stallwatch.exporter.multitarget import ProbeCollector, ProbeService
 from stallwatch.exporter.service import ExporterService
 from stallwatch.exporter.web_config import WebConfig, protect, server_ssl_context
+from stallwatch.net.gate import ConnectionGate, RequestsSeen, cap_for_open_files
 
 log = logging.getLogger("stallwatch.exporter")
 

@@ -30,8 +30,8 @@ from stallwatch.core.classify import State
 from stallwatch.core.history import TargetHistory
 from stallwatch.core.rules import POLLS_TO_FIRE, RESTART_ALERT_STATES, restart_alerts
 from stallwatch.engines import AUTO, TARGET_KINDS, default_metrics_path
-from stallwatch.exporter.fetch import DEFAULT_MAX_BYTES
 from stallwatch.exporter.poll import poll_once
+from stallwatch.net.fetch import DEFAULT_MAX_BYTES
 
 EXIT_OK = 0
 EXIT_STUCK = 1

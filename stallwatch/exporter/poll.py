@@ -24,14 +24,14 @@ from stallwatch.core.poll_plan import (
     poll_plan,
 )
 from stallwatch.core.reading import Reading
-from stallwatch.exporter.fetch import (
+from stallwatch.net.fetch import (
     ask_models,
     engine_faults,
     engine_sleeps,
     read_metrics,
     send_probe,
 )
-from stallwatch.exporter.offload import run_sized
+from stallwatch.net.offload import run_sized
 
 
 async def perform(

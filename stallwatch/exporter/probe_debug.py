@@ -32,8 +32,8 @@ from stallwatch.core.poll_plan import (
 )
 from stallwatch.core.probe_schedule import ReadBudget
 from stallwatch.core.reading import EngineSample, Reading
-from stallwatch.exporter.offload import run_sized
 from stallwatch.exporter.poll import perform
+from stallwatch.net.offload import run_sized
 
 
 @dataclass

@@ -26,7 +26,7 @@ from stallwatch.common.config import ConfigError, parse_duration
 from stallwatch.common.config_files import load_restarter_config
 from stallwatch.common.restarter_config import RestarterConfig
 from stallwatch.core.alerts import PayloadError, parse_notification
-from stallwatch.exporter.gate import IDLE_KEEPALIVE_SECONDS, ConnectionGate, RequestsSeen
+from stallwatch.net.gate import IDLE_KEEPALIVE_SECONDS, ConnectionGate, RequestsSeen
 from stallwatch.restarter.auth_failures import AuthFailureLog
 from stallwatch.restarter.confirm import Confirmer, confirm_stall
 from stallwatch.restarter.journal_reader import JournalError, printable

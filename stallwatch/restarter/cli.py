@@ -22,7 +22,7 @@ from stallwatch.common.config import ConfigError, parse_duration
 from stallwatch.common.config_files import load_restarter_config as load_config
 from stallwatch.common.restarter_config import RestarterConfig
 from stallwatch.core.holds import hold_refusal
-from stallwatch.exporter.fetch import read_metrics
+from stallwatch.net.fetch import read_metrics
 from stallwatch.restarter.journal import Journal
 from stallwatch.restarter.journal_reader import JournalEntry, JournalError, JournalReader, printable
 

@@ -19,7 +19,7 @@ from stallwatch.core.confirmation import (
     worth_a_second_read,
 )
 from stallwatch.core.poll_plan import ReadResult
-from stallwatch.exporter.fetch import read_metrics
+from stallwatch.net.fetch import read_metrics
 
 
 def attempt(result: ReadResult) -> ReadAttempt:

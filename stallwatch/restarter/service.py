@@ -31,7 +31,7 @@ from stallwatch.core.policy import (
     lookback_seconds,
 )
 from stallwatch.core.poll_plan import ReadResult
-from stallwatch.exporter.fetch import read_metrics
+from stallwatch.net.fetch import read_metrics
 from stallwatch.restarter.background import BackgroundActions
 from stallwatch.restarter.confirm import Confirmations, Confirmer, confirm_stall
 from stallwatch.restarter.fleet import FleetGuard

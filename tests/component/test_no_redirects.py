@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from stallwatch.common.exporter_config import exporter_config_from_mapping
 from stallwatch.common.restarter_config import HttpAction, Target
 from stallwatch.exporter.app import running_exporter
-from stallwatch.exporter.fetch import (
+from stallwatch.net.fetch import (
     ask_models,
     engine_faults,
     engine_sleeps,
@@ -202,8 +202,10 @@ def request_calls(path: Path) -> list[tuple[str, bool]]:
 
 
 def test_every_request_call_of_the_exporter_and_restarter_refuses_redirects() -> None:
-    """Every HTTP request call in the exporter and the restarter passes allow_redirects=False."""
-    files = [*(PACKAGE / "exporter").rglob("*.py"), *(PACKAGE / "restarter").rglob("*.py")]
+    """Every HTTP request call of the exporter, the restarter and their shared network edge
+    passes allow_redirects=False."""
+    parts = ("net", "exporter", "restarter")
+    files = [path for part in parts for path in (PACKAGE / part).rglob("*.py")]
     calls = [call for path in sorted(files) for call in request_calls(path)]
     assert len(calls) >= 8  # the check sees the calls it is about
     assert [where for where, refused in calls if not refused] == []

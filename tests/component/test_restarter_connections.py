@@ -11,8 +11,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from stallwatch.exporter import gate
 from stallwatch.localstack.processes import free_port
+from stallwatch.net import gate
 from stallwatch.restarter import app as restarter_app
 from tests.component.restarter_support import (
     AUTH,

@@ -20,8 +20,8 @@ from stallwatch.common.exporter_config import ProbeConfig, TargetConfig
 from stallwatch.core.classify import State, still_loading
 from stallwatch.core.history import PollOutcome, TargetHistory
 from stallwatch.exporter.check_cli import EXIT_STUCK, run_check
-from stallwatch.exporter.fetch import DEFAULT_MAX_BYTES
 from stallwatch.exporter.poll import poll_once
+from stallwatch.net.fetch import DEFAULT_MAX_BYTES
 from tests.component.exporter_support import exporter_for, history, record_histories
 from tests.real_sglang.sglang_server import (
     START_TIMEOUT_S,

@@ -10,7 +10,7 @@ from stallwatch.core.history import PollOutcome, TargetHistory
 from stallwatch.core.reading import parse_reading
 from stallwatch.exporter import check_cli
 from stallwatch.exporter.collector import engine_label
-from stallwatch.exporter.fetch import probe_request
+from stallwatch.net.fetch import probe_request
 from tests.unit.engine_support import payload
 
 

@@ -4,8 +4,9 @@
   project but the leaf: the engine profiles import only themselves, the config may read them;
 - the core (`stallwatch.core`) imports only the leaf and the standard library, and loading it
   loads no aiohttp, asyncio, sqlite3, subprocess or yaml;
-- the edges (`stallwatch.exporter`, `stallwatch.restarter`, `stallwatch.simulator`) import the
-  core and the leaf, never the face; the exporter never imports the restarter;
+- the edges (`stallwatch.net`, `stallwatch.exporter`, `stallwatch.restarter`,
+  `stallwatch.simulator`) import the core and the leaf, never the face; the exporter and the
+  restarter never import each other, and share `stallwatch.net`;
 - the face (`stallwatch.cli`, `demo*`, `replay*`, `localstack*`, `__main__`) sits on top;
 - no two subpackages import each other, directly or through others.
 """
@@ -25,7 +26,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "stallwatch"
 LEAF, CORE, EDGE, FACE = 0, 1, 2, 3
 LEAF_GROUPS = ("stallwatch", "engines", "common")
 LAYER_NAMES = {LEAF: "leaf", CORE: "core", EDGE: "edge", FACE: "face"}
-EDGES = ("exporter", "restarter", "simulator")
+EDGES = ("net", "exporter", "restarter", "simulator")
 FACE_PREFIXES = ("cli", "demo", "replay", "localstack", "__main__")
 FORBIDDEN_IN_CORE = ("aiohttp", "asyncio", "sqlite3", "subprocess", "yaml")
 
@@ -175,6 +176,13 @@ def test_exporter_module_loads_no_restarter(module: str) -> None:
     assert not [m for m in loaded if m.startswith("stallwatch.restarter")]
 
 
+@pytest.mark.parametrize("module", modules_of("restarter"))
+def test_restarter_module_loads_no_exporter(module: str) -> None:
+    """Importing any restarter module loads no exporter module."""
+    loaded = loaded_after_import(module)
+    assert not [m for m in loaded if m.startswith("stallwatch.exporter")]
+
+
 def test_every_import_points_down_or_sideways_without_cycles() -> None:
     """Statically: imports go down or sideways, never exporter -> restarter, and form no cycle."""
     graph = import_graph()
@@ -188,6 +196,8 @@ def test_every_import_points_down_or_sideways_without_cycles() -> None:
     ]
     assert not upward, "\n".join(upward)
     assert "restarter" not in graph["exporter"], "the exporter imports the restarter"
+    assert "exporter" not in graph["restarter"], "the restarter imports the exporter"
+    assert not graph["net"] & {"exporter", "restarter", "simulator"}, graph["net"]
     cycle = find_cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
 
@@ -196,6 +206,7 @@ def test_the_graph_sees_the_imports_it_checks() -> None:
     """The static graph is not empty by mistake: it sees edges known to exist."""
     graph = import_graph()
     assert {"core", "common", "stallwatch"} <= graph["exporter"]
-    assert "exporter" in graph["restarter"]
+    assert "net" in graph["restarter"]
+    assert "net" in graph["exporter"]
     assert "common" in graph["core"]
     assert "engines" in graph["common"]

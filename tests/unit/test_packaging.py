@@ -17,7 +17,7 @@ import pytest
 from stallwatch import cli
 
 REPO = Path(__file__).resolve().parents[2]
-SHIPPED = {"common", "core", "exporter", "restarter", "simulator", "replay"}
+SHIPPED = {"common", "engines", "core", "net", "exporter", "restarter", "simulator", "replay"}
 CHECKOUT_ONLY = {"demo", "localstack"}
 
 

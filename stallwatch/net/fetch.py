@@ -31,7 +31,7 @@ from stallwatch.core.reading import Reading, parse_reading, with_start_marker
 from stallwatch.engines import AUTO, PROFILES, model_owners
 from stallwatch.engines.llamacpp import START_HEADER
 from stallwatch.engines.profile import faulted_engines
-from stallwatch.exporter.offload import run_sized
+from stallwatch.net.offload import run_sized
 
 DEFAULT_MAX_BYTES = 8 * 1024 * 1024
 # llama.cpp sends its process start (monotonic microseconds) in this header of /metrics.
