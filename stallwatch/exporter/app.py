@@ -27,7 +27,7 @@ from stallwatch.common.config import ConfigError
 from stallwatch.common.config_files import load_exporter_config
 from stallwatch.common.exporter_config import ExporterConfig
 from stallwatch.core.probe_schedule import read_budget
-from stallwatch.exporter.collector import ExporterCollector
+from stallwatch.exporter.collector import ExporterProcessCollector, TargetCollector
 from stallwatch.exporter.multitarget import ProbeCollector, ProbeService
 from stallwatch.exporter.service import ExporterService
 from stallwatch.exporter.web_config import WebConfig, protect, server_ssl_context
@@ -49,11 +49,8 @@ class ListenError(Exception):
 
 def build_registry(service: ExporterService) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(
-        ExporterCollector(
-            lambda: service.config, lambda: service.histories, lambda: service.reload_status
-        )
-    )
+    registry.register(TargetCollector(lambda: service.config, lambda: service.histories))
+    registry.register(ExporterProcessCollector(lambda: service.reload_status))
     registry.register(ProbeCollector(lambda: _probes(service)))
     for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
         registry.register(collector)

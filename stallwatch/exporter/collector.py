@@ -13,7 +13,7 @@ from stallwatch.core.classify import State
 from stallwatch.core.history import TargetHistory
 from stallwatch.engines import AUTO, PROFILES, PROXY
 from stallwatch.engines.profile import DEGRADED_REASONS
-from stallwatch.exporter.service import ReloadStatus
+from stallwatch.exporter.reload import ReloadStatus
 
 REFRESH = "Refreshed every poll interval of the target."
 POLL_ERROR_REASONS: tuple[str, ...] = ("timeout", "connection", "http_status", "too_large", "parse")
@@ -45,20 +45,17 @@ class _Families:
         return family
 
 
-class ExporterCollector(Collector):
+class TargetCollector(Collector):
+    """What each target publishes: its state, the figures behind it, its polls. A `/probe`
+    answer is this collector over one target."""
+
     def __init__(
         self,
         config: Callable[[], ExporterConfig],
         histories: Callable[[], Mapping[str, TargetHistory]],
-        reload_status: Callable[[], ReloadStatus],
-        *,
-        per_target_only: bool = False,
     ) -> None:
         self._config = config
         self._histories = histories
-        self._reload_status = reload_status
-        # A `/probe` answer holds the target's series only, not the process' own.
-        self._per_target_only = per_target_only
 
     def collect(self) -> Iterator[Metric]:
         config = self._config()
@@ -238,9 +235,15 @@ class ExporterCollector(Collector):
                 count = history.poll_errors.get(reason, 0)
                 poll_errors.add_metric([target.name, reason, *values], count)
         yield from out.families
-        if self._per_target_only:
-            return
 
+
+class ExporterProcessCollector(Collector):
+    """What the exporter process publishes of itself: its config reloads and its version."""
+
+    def __init__(self, reload_status: Callable[[], ReloadStatus]) -> None:
+        self._reload_status = reload_status
+
+    def collect(self) -> Iterator[Metric]:
         reload = self._reload_status()
         yield GaugeMetricFamily(
             "stallwatch_config_last_reload_successful",

@@ -48,10 +48,9 @@ from stallwatch.core.probe_schedule import (
     no_room,
     read_due,
 )
-from stallwatch.exporter.collector import ExporterCollector
+from stallwatch.exporter.collector import TargetCollector
 from stallwatch.exporter.poll import poll_once
 from stallwatch.exporter.probe_debug import DebugPoll, debug_poll, debug_text
-from stallwatch.exporter.service import ReloadStatus
 
 log = logging.getLogger("stallwatch.exporter")
 
@@ -343,14 +342,7 @@ def render_answer(target: TargetConfig, history: TargetHistory) -> bytes:
     """The `/probe` body: the target's series, with the names and labels of `/metrics`."""
     config = ExporterConfig(targets=(target,))
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(
-        ExporterCollector(
-            lambda: config,
-            lambda: {target.name: history},
-            ReloadStatus,
-            per_target_only=True,
-        )
-    )
+    registry.register(TargetCollector(lambda: config, lambda: {target.name: history}))
     return generate_latest(registry)
 
 

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import aiohttp
@@ -14,6 +12,7 @@ import aiohttp
 from stallwatch.common.exporter_config import ExporterConfig, TargetConfig
 from stallwatch.core.history import PollOutcome, TargetHistory
 from stallwatch.exporter.poll import poll_once
+from stallwatch.exporter.reload import ReloadStatus
 
 if TYPE_CHECKING:
     from stallwatch.exporter.multitarget import ProbeService
@@ -22,12 +21,6 @@ log = logging.getLogger("stallwatch.exporter")
 
 # Told about every poll as it is recorded: the target's name, its updated history, the outcome.
 PollListener = Callable[[str, TargetHistory, PollOutcome], None]
-
-
-@dataclass
-class ReloadStatus:
-    successful: bool = True
-    last_success_at: float = field(default_factory=time.time)
 
 
 class ExporterService:

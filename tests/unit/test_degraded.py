@@ -20,8 +20,7 @@ from stallwatch.engines.profile import (
     QUEUE_TIME,
     THROUGHPUT_COLLAPSE,
 )
-from stallwatch.exporter.collector import ExporterCollector
-from stallwatch.exporter.service import ReloadStatus
+from stallwatch.exporter.collector import TargetCollector
 
 GAP = 15.0
 CONFIG = DegradedConfig()
@@ -344,9 +343,7 @@ def test_the_exporter_publishes_the_reasons_and_the_measures_behind_them() -> No
         server = move(server)
         at += GAP
     config = ExporterConfig(targets=(TargetConfig(name="gpu-a", url="http://127.0.0.1:1"),))
-    collector = ExporterCollector(
-        lambda: config, lambda: {"gpu-a": history}, lambda: ReloadStatus(True, 0.0)
-    )
+    collector = TargetCollector(lambda: config, lambda: {"gpu-a": history})
     samples = {
         (sample.name, sample.labels.get("reason")): sample.value
         for family in collector.collect()

@@ -25,8 +25,7 @@ from stallwatch.core.poll_plan import ReadResult, unread_verdict
 from stallwatch.core.reading import parse_reading
 from stallwatch.core.rules import HUNG_ALERT, STUCK_ALERT, UNRESPONSIVE_ALERT, restart_alerts
 from stallwatch.exporter.check_cli import EXIT_DOWN, EXIT_STUCK, exit_code_for
-from stallwatch.exporter.collector import ExporterCollector
-from stallwatch.exporter.service import ReloadStatus
+from stallwatch.exporter.collector import TargetCollector
 from stallwatch.restarter.confirm import attempt
 from tests.fixtures import real_payload
 
@@ -114,9 +113,7 @@ def test_a_hung_target_is_published_as_hung_and_not_up() -> None:
     """The state set carries `hung` like every other state, and stallwatch_target_up reads 0."""
     config = ExporterConfig(targets=(TargetConfig(name="gpu-h", url="http://127.0.0.1:1"),))
     history = advance(TargetHistory(), hung("/metrics: connected, no answer"), 1.0)
-    collector = ExporterCollector(
-        lambda: config, lambda: {"gpu-h": history}, lambda: ReloadStatus(True, 0.0)
-    )
+    collector = TargetCollector(lambda: config, lambda: {"gpu-h": history})
     samples = {
         (sample.name, sample.labels.get("state")): sample.value
         for family in collector.collect()
