@@ -28,7 +28,7 @@ from stallwatch.common.config_files import load_exporter_config
 from stallwatch.common.exporter_config import ExporterConfig
 from stallwatch.core.probe_schedule import read_budget
 from stallwatch.exporter.collector import ExporterProcessCollector, TargetCollector
-from stallwatch.exporter.multitarget import ProbeCollector, ProbeService
+from stallwatch.exporter.multitarget import ProbeCollector
 from stallwatch.exporter.service import ExporterService
 from stallwatch.exporter.web_config import WebConfig, protect, server_ssl_context
 from stallwatch.net.gate import ConnectionGate, RequestsSeen, cap_for_open_files
@@ -51,7 +51,7 @@ def build_registry(service: ExporterService) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(TargetCollector(lambda: service.config, lambda: service.histories))
     registry.register(ExporterProcessCollector(lambda: service.reload_status))
-    registry.register(ProbeCollector(lambda: _probes(service)))
+    registry.register(ProbeCollector(lambda: service.probes))
     for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
         registry.register(collector)
     return registry
@@ -83,16 +83,10 @@ async def handle_metrics(request: web.Request) -> web.Response:
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
-def _probes(service: ExporterService) -> ProbeService:
-    if service.probes is None:
-        service.probes = ProbeService(service.config, service.session)
-    return service.probes
-
-
 async def handle_probe(request: web.Request) -> web.Response:
     """`GET /probe?target=URL&module=NAME[&debug=true]`: the target's series, read now or from
     memory, within the scrape's timeout; with `debug=true`, one read's steps as plain text."""
-    probes = _probes(request.app[SERVICE_KEY])
+    probes = request.app[SERVICE_KEY].probes
     module = request.query.get("module", "")
     target = request.query.get("target", "")
     try:
@@ -181,7 +175,6 @@ async def running_exporter(
         connector=connector, headers={"User-Agent": USER_AGENT}
     ) as session:
         service = ExporterService(config, session)
-        service.probes = ProbeService(config, session)
         app = build_app(service, config_path)
         protect(app, web_config)
         runner = web.AppRunner(app, access_log=None)

@@ -5,17 +5,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import aiohttp
 
 from stallwatch.common.exporter_config import ExporterConfig, TargetConfig
 from stallwatch.core.history import PollOutcome, TargetHistory
+from stallwatch.exporter.multitarget import ProbeService
 from stallwatch.exporter.poll import poll_once
 from stallwatch.exporter.reload import ReloadStatus
-
-if TYPE_CHECKING:
-    from stallwatch.exporter.multitarget import ProbeService
 
 log = logging.getLogger("stallwatch.exporter")
 
@@ -34,8 +31,8 @@ class ExporterService:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._lock = asyncio.Lock()
         self._listeners: list[PollListener] = []
-        # The `/probe` side, set by the app that serves it.
-        self.probes: ProbeService | None = None
+        # The `/probe` side: the targets Prometheus names, read on demand; this service owns it.
+        self.probes = ProbeService(config, session)
 
     def subscribe(self, listener: PollListener) -> Callable[[], None]:
         """Call `listener` after every poll of every target; returns the unsubscribe function."""
@@ -101,8 +98,7 @@ class ExporterService:
                 if new is None or new.url != old.url or new.kind != old.kind:
                     self.histories.pop(name, None)
             self.config = new_config
-            if self.probes is not None:
-                self.probes.apply(new_config)
+            self.probes.apply(new_config)
             for name, target in new_targets.items():
                 if name not in self._tasks:
                     self._start_target(target)
@@ -116,5 +112,4 @@ class ExporterService:
     async def stop(self) -> None:
         for name in list(self._tasks):
             await self._stop_target(name)
-        if self.probes is not None:
-            await self.probes.stop()
+        await self.probes.stop()
