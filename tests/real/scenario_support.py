@@ -96,6 +96,17 @@ async def keep_generating(
     return answers
 
 
+# Each sustained loop asks this many tokens fewer than the one before it: loops that asked the
+# same length would finish on the same step, every time, and a read between their answers and
+# their next requests would find nothing running.
+SUSTAINED_STAGGER_TOKENS = 100
+
+
+def sustained_lengths(count: int = CONCURRENT_GENERATIONS) -> list[int]:
+    """The generation length of each of `count` sustained loops."""
+    return [LONG_GENERATION_TOKENS - index * SUSTAINED_STAGGER_TOKENS for index in range(count)]
+
+
 def sustained_generations(
     session: aiohttp.ClientSession,
     base_url: str,
@@ -103,17 +114,20 @@ def sustained_generations(
     *,
     count: int = CONCURRENT_GENERATIONS,
 ) -> list[asyncio.Task[list[dict[str, Any]]]]:
-    """`count` concurrent `keep_generating` loops: `count` requests in flight until `until`."""
-    return [asyncio.create_task(keep_generating(session, base_url, until)) for _ in range(count)]
+    """`count` concurrent `keep_generating` loops of staggered lengths (`sustained_lengths`):
+    `count` requests in flight until `until`, never all ending at once."""
+    return [
+        asyncio.create_task(keep_generating(session, base_url, until, max_tokens=length))
+        for length in sustained_lengths(count)
+    ]
 
 
 async def finish_sustained(
     tasks: Sequence[asyncio.Task[list[dict[str, Any]]]], until: asyncio.Event
-) -> list[dict[str, Any]]:
-    """Set `until`, let each loop's generation in flight end, and return every answer."""
+) -> list[list[dict[str, Any]]]:
+    """Set `until`, let each loop's generation in flight end, and return each loop's answers."""
     until.set()
-    answered = await asyncio.gather(*tasks)
-    return [answer for answers in answered for answer in answers]
+    return list(await asyncio.gather(*tasks))
 
 
 # vLLM's KV cache usage moves one block at a time (128 tokens on the CPU backend: 8 steps of the

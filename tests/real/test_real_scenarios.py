@@ -18,7 +18,6 @@ from stallwatch.simulator.testing import running_simulator
 from tests.component.exporter_support import exporter_for, history, scrape, wait_for_state
 from tests.real.scenario_support import (
     CONCURRENT_GENERATIONS,
-    LONG_GENERATION_TOKENS,
     REAL_INTERVAL,
     PollRecord,
     ServerCounters,
@@ -33,6 +32,7 @@ from tests.real.scenario_support import (
     server_counters,
     starved,
     sustained_generations,
+    sustained_lengths,
     wait_for_running,
 )
 from tests.real.vllm_server import (
@@ -68,7 +68,7 @@ async def test_batch_load_reads_busy_every_poll_and_gets_no_test_request(
                 polls = await record_polls(service, NAME, until=lambda h: h.polls >= 6, timeout=60)
                 metrics = await scrape(url)
             # The exporter is gone: anything the server counts from here on is the load's.
-            answers = await finish_sustained(load, enough)
+            per_loop = await finish_sustained(load, enough)
         finally:
             await cancel_all(load)
         counted = (await server_counters(session, real_vllm.base_url)).since(before)
@@ -81,9 +81,10 @@ async def test_batch_load_reads_busy_every_poll_and_gets_no_test_request(
     assert all((poll.steps_per_second or 0) > 0 for poll in judged)
     assert metrics[("stallwatch_test_requests_total", TARGET_LABELS)] == 0
     assert metrics[("stallwatch_target_state", (("state", "busy"), *TARGET_LABELS))] == 1
-    completion_tokens = [answer["usage"]["completion_tokens"] for answer in answers]
-    assert len(answers) >= CONCURRENT_GENERATIONS
-    assert completion_tokens == [LONG_GENERATION_TOKENS] * len(answers)
+    answers = [answer for answers_of_loop in per_loop for answer in answers_of_loop]
+    assert all(per_loop), per_loop
+    for length, answers_of_loop in zip(sustained_lengths(), per_loop, strict=True):
+        assert {answer["usage"]["completion_tokens"] for answer in answers_of_loop} == {length}
     prompt_tokens = sum(answer["usage"]["prompt_tokens"] for answer in answers)
     assert counted == ServerCounters(
         requests_completed=len(answers),
