@@ -3,14 +3,26 @@ real-server tiers: a missing environment is built once; a failed build fails, ne
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 import time
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
 SETUP_LOG_TAIL_LINES = 120
+
+
+def load_setup_script(setup_script: Path) -> ModuleType:
+    """The setup script as a module, for the checks it offers (which CPU, which platform)."""
+    spec = importlib.util.spec_from_file_location(f"{setup_script.stem}_setup", setup_script)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def environment_is_complete(setup_script: Path) -> bool:

@@ -7,27 +7,16 @@ test is skipped, saying so. The first use builds the environment when it is miss
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
-from tests.real_environment import ensure_environment
+from tests.real_environment import ensure_environment, load_setup_script
 from tests.real_llamacpp.llamacpp_server import SETUP_SCRIPT, RealLlamaServer
 
 TIER_DIR = Path(__file__).resolve().parent
 SETUP_TIMEOUT_S = 900
-
-
-def _setup_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("real_llamacpp_setup", SETUP_SCRIPT)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -39,7 +28,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture(scope="session")
 def real_llamacpp_environment(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Skips on a CPU without AVX-512; builds .venv-llamacpp if missing; returns a log dir."""
-    supported, why = _setup_module().cpu_supported()
+    supported, why = load_setup_script(SETUP_SCRIPT).cpu_supported()
     if not supported:
         pytest.skip(f"real llama.cpp tier skipped: {why}")
     log_dir = tmp_path_factory.mktemp("real-llamacpp")

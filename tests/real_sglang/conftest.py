@@ -8,30 +8,19 @@ with its log.
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 
 import aiohttp
 import pytest
 
-from tests.real_environment import ensure_environment
+from tests.real_environment import ensure_environment, load_setup_script
 from tests.real_sglang.sglang_server import SETUP_SCRIPT, RealSglangServer, wait_until_quiet
 
 TIER_DIR = Path(__file__).resolve().parent
 # The module-scoped servers, which one case hands on to the next.
 SERVERS = ("real_sglang", "rust_sglang")
 SETUP_TIMEOUT_S = 3600
-
-
-def _setup_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("real_sglang_setup", SETUP_SCRIPT)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -43,7 +32,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture(scope="session")
 def real_sglang_environment(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Skips where the recipe cannot run; builds .venv-sglang if missing; returns a log dir."""
-    supported, why = _setup_module().platform_supported()
+    supported, why = load_setup_script(SETUP_SCRIPT).platform_supported()
     if not supported:
         pytest.skip(f"real SGLang tier skipped: {why}")
     log_dir = tmp_path_factory.mktemp("real-sglang")
