@@ -135,12 +135,14 @@ def _admission_stalled(
 
 
 def _saturated(
-    state: Degradation, pairs: list[tuple[EngineSample, EngineSample]], config: DegradedConfig
+    state: Degradation,
+    pairs: list[tuple[EngineSample, EngineSample]],
+    running_now: float,
+    config: DegradedConfig,
 ) -> bool:
     """Whether the server is full: as many requests running as it has recently run at most (or
     no busy read to tell), or its KV cache full. Requests waiting for a full server wait for
     capacity (a batch job that fills every slot), not because the server is degraded."""
-    running_now = _total((new for _, new in pairs), "running") or 0.0
     usages = [new.kv_cache_usage for _, new in pairs if new.kv_cache_usage is not None]
     if usages and max(usages) >= config.kv_cache_full:
         return True
@@ -196,7 +198,8 @@ def judge(
         else:
             baseline = (*baseline, rate)[-config.baseline_samples :]
 
-    saturated = _saturated(state, pairs, config)
+    running_now = _total((new for _, new in pairs), "running") or 0.0
+    saturated = _saturated(state, pairs, running_now, config)
     if profile.judges(ADMISSION_STALLED):
         stalled = _admission_stalled(profile, pairs) and not saturated
         holds[ADMISSION_STALLED] = stalled
@@ -252,7 +255,6 @@ def judge(
         elif held:
             since[reason] = state.since.get(reason, previous.taken_at)
     reasons = tuple(r for r in DEGRADED_REASONS if r in since and now - since[r] >= windows[r])
-    running_now = _total((new for _, new in pairs), "running") or 0.0
     return Degradation(
         since=MappingProxyType(since),
         baseline=baseline,
