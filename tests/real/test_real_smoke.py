@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Any
 
 import aiohttp
 import pytest
 
+from tests.real.scenario_support import finish_sustained, sustained_generations, sustained_lengths
 from tests.real.vllm_server import (
     RealVllmFactory,
     RealVllmServer,
@@ -23,8 +23,6 @@ from tests.real.vllm_server import (
 STEPS = "vllm:iteration_tokens_total_count"
 RUNNING = "vllm:num_requests_running"
 START_TIME = "process_start_time_seconds"
-LONG_GENERATION_TOKENS = 1500
-CONCURRENT_GENERATIONS = 4
 # A running engine's step count moves within milliseconds on a quiet machine; a loaded one may
 # not run the engine for seconds.
 STEP_MOVE_TIMEOUT_S = 30.0
@@ -35,17 +33,6 @@ STEP_READ_GAP_S = 0.1
 async def http() -> AsyncIterator[aiohttp.ClientSession]:
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
         yield session
-
-
-def _long_generations(
-    session: aiohttp.ClientSession, server: RealVllmServer
-) -> list[asyncio.Task[dict[str, Any]]]:
-    return [
-        asyncio.create_task(
-            complete(session, server.base_url, word_prompt(8 + index), LONG_GENERATION_TOKENS)
-        )
-        for index in range(CONCURRENT_GENERATIONS)
-    ]
 
 
 async def _steps_over_one_second(
@@ -78,14 +65,6 @@ async def _steps_move(
             return before, after, metric_sum(text, RUNNING) or 0.0
 
 
-async def _finish(tasks: list[asyncio.Task[dict[str, Any]]]) -> list[dict[str, Any]]:
-    try:
-        return list(await asyncio.gather(*tasks))
-    finally:
-        for task in tasks:
-            task.cancel()
-
-
 async def test_default_server_publishes_the_series_the_exporter_reads(
     real_vllm: RealVllmServer, http: aiohttp.ClientSession
 ) -> None:
@@ -101,7 +80,8 @@ async def test_step_count_moves_while_long_generations_run(
     real_vllm: RealVllmServer, http: aiohttp.ClientSession
 ) -> None:
     """Four concurrent long generations move the step count while running > 0."""
-    tasks = _long_generations(http, real_vllm)
+    until = asyncio.Event()
+    tasks = sustained_generations(http, real_vllm.base_url, until)
     try:
         await wait_for_metric(http, real_vllm.base_url, RUNNING, lambda value: (value or 0) > 0)
         before, after, running = await _steps_move(http, real_vllm)
@@ -109,17 +89,20 @@ async def test_step_count_moves_while_long_generations_run(
         assert after > before
         assert running > 0
     finally:
-        answers = await _finish(tasks)
-    assert [answer["usage"]["completion_tokens"] for answer in answers] == [
-        LONG_GENERATION_TOKENS
-    ] * CONCURRENT_GENERATIONS
+        answers = await finish_sustained(tasks, until)
+    assert [{answer["usage"]["completion_tokens"] for answer in loop} for loop in answers] == [
+        {length} for length in sustained_lengths()
+    ]
 
 
 async def test_sigstopped_engine_core_freezes_the_step_count_but_not_health(
     real_vllm: RealVllmServer, http: aiohttp.ClientSession
 ) -> None:
     """A SIGSTOPped engine core freezes the step count, /health stays 200; SIGCONT resumes."""
-    tasks = _long_generations(http, real_vllm)
+    # Generations that end before the SIGSTOP would leave nothing running to freeze: on a fast
+    # CPU four of one length can all end between two reads, so the load lasts until it is let go.
+    until = asyncio.Event()
+    tasks = sustained_generations(http, real_vllm.base_url, until)
     try:
         await wait_for_metric(http, real_vllm.base_url, RUNNING, lambda value: (value or 0) > 0)
         moving_before, moving_after, _ = await _steps_move(http, real_vllm)
@@ -144,8 +127,8 @@ async def test_sigstopped_engine_core_freezes_the_step_count_but_not_health(
         resumed_before, resumed_after, _ = await _steps_move(http, real_vllm)
         assert resumed_after > resumed_before
     finally:
-        answers = await _finish(tasks)
-    assert len(answers) == CONCURRENT_GENERATIONS
+        answers = await finish_sustained(tasks, until)
+    assert all(answers), "every loop is answered at least once"
 
 
 async def test_two_api_servers_publish_no_process_start_time(
