@@ -3,15 +3,18 @@
 Which series feed which field of the sample is each engine's profile
 (`stallwatch.engines`); `kind="auto"` reads every profile's series in one pass and keeps
 the engine whose identifying families are present. A payload is tens of KB of exposition
-text of which a few dozen lines matter: the parser looks at each line's first character and
-metric name first and parses labels and value only for the lines it wants. A garbled payload
-is not an error: unreadable lines are counted and skipped, and a payload without any engine
-series yields a reading with no engines.
+text of which a few dozen lines matter: the parser finds the lines that start with a name it
+wants with one regular expression (a prefix tree of the names, run in C), and parses labels
+and value only for those. A payload with characters that `str.splitlines` or `str.strip`
+treat as line breaks or blanks besides newline, space and tab is read line by line instead,
+with the same result. A garbled payload is not an error: unreadable lines are counted and
+skipped, and a payload without any engine series yields a reading with no engines.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
@@ -153,11 +156,21 @@ class _MalformedLine(ValueError):
     pass
 
 
-def _parse_labels(text: str, start: int) -> tuple[dict[str, str], int]:
-    """Parse `{a="x",b="y"}` starting at the `{`; return the labels and the index after `}`."""
+# One label without a backslash in its value, as the loop below reads it: separators skipped,
+# not the set's end, the name up to the first "=", a quoted value.
+_PLAIN_LABEL = re.compile(r'[ ,]*+(?!\})([^=]*)="([^"\\]*)"')
+
+
+def _parse_labels(text: str, start: int, *, plain_first: bool = True) -> tuple[dict[str, str], int]:
+    """Parse `{a="x",b="y"}` starting at the `{`; return the labels and the index after `}`.
+    The labels without a backslash are matched in C first (unless not `plain_first`), the
+    rest read character by character."""
     labels: dict[str, str] = {}
     position = start + 1
     length = len(text)
+    while plain_first and (plain := _PLAIN_LABEL.match(text, position)) is not None:
+        labels[plain[1].strip()] = plain[2]
+        position = plain.end()
     while True:
         while position < length and text[position] in " ,":
             position += 1
@@ -209,13 +222,48 @@ def _split_sample(line: str) -> tuple[str, dict[str, str], float]:
     return line[:space], {}, _parse_value(line[space:])
 
 
+_Tree = dict[str, "_Tree"]
+
+
+def _prefix_tree(names: Iterable[str]) -> str:
+    """A regular expression matching exactly `names`, shared prefixes written once: the regular
+    expression engine then walks each line's name once instead of trying every name."""
+    tree: _Tree = {}
+    for name in names:
+        node = tree
+        for char in name:
+            node = node.setdefault(char, {})
+        node[""] = {}
+
+    def pattern(node: _Tree) -> str:
+        branches = [
+            re.escape(char) + pattern(child) for char, child in sorted(node.items()) if char
+        ]
+        if not branches:
+            return ""
+        body = branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
+        return f"(?:{body})?" if "" in node else body
+
+    return pattern(tree)
+
+
+# Characters that `str.splitlines` breaks lines at, or that `str.strip` strips, besides "\n",
+# " " and "\t" (in ASCII): a payload with none of them, all ASCII, splits into the same lines
+# at "\n" alone.
+_ODD_ASCII = ("\r", "\v", "\f", "\x1c", "\x1d", "\x1e", "\x1f")
+# In "\n" + payload: the first line that is neither blank nor a comment.
+_FIRST_SAMPLE = re.compile(r"\n[ \t]*[^# \t\n]")
+
+
 @dataclass(frozen=True)
 class _Table:
-    """What one parse looks for: sample name to (profile, rules), and the lines' first letters."""
+    """What one parse looks for: sample name to (profile, rules), the lines' first letters,
+    and the expression that finds, in "\n" + payload, the lines that start with those names."""
 
     series: Mapping[str, tuple[EngineProfile, tuple[Series, ...]]]
     inflight: Mapping[str, tuple[EngineProfile, InflightSeries]]
     first_letters: frozenset[str]
+    wanted_lines: re.Pattern[str]
 
 
 def _table(profiles: Iterable[EngineProfile]) -> _Table:
@@ -226,12 +274,45 @@ def _table(profiles: Iterable[EngineProfile]) -> _Table:
             series[name] = (profile, rules)
         if profile.inflight is not None:
             inflight[profile.inflight.name] = (profile, profile.inflight)
-    letters = {name[0] for name in (*series, *inflight, PROCESS_START_TIME)}
-    return _Table(series, inflight, frozenset(letters))
+    names = {*series, *inflight, PROCESS_START_TIME}
+    letters = {name[0] for name in names}
+    # A name ends at "{" or " " (where the loop below cuts it) or at the line's end. The loop
+    # checks each name again: the expression may find too many lines, never too few.
+    wanted_lines = re.compile(
+        r"\n[ \t]*((?:" + _prefix_tree(names) + r")(?:[{ ][^\n]*|[ \t]*(?=\n|\Z)))"
+    )
+    return _Table(series, inflight, frozenset(letters), wanted_lines)
 
 
 _TABLES: dict[str, _Table] = {kind: _table((profile,)) for kind, profile in PROFILES.items()}
 _TABLES[AUTO] = _table(PROFILES.values())
+
+
+def _lines_by_expression(payload: str, table: _Table) -> tuple[list[str], bool] | None:
+    """The stripped lines that start with a wanted name, and whether the payload has no sample
+    at all; None when the payload's lines must be read one by one (see _ODD_ASCII)."""
+    if not payload.isascii() or any(odd in payload for odd in _ODD_ASCII):
+        return None
+    text = "\n" + payload
+    lines = [match.group(1).rstrip(" \t") for match in table.wanted_lines.finditer(text)]
+    return lines, _FIRST_SAMPLE.search(text) is None
+
+
+def _lines_one_by_one(payload: str, table: _Table) -> tuple[list[str], bool]:
+    """What `_lines_by_expression` gives, read line by line: every stripped line whose first
+    character starts a wanted name, and whether the payload has no sample at all."""
+    first_letters = table.first_letters
+    lines: list[str] = []
+    empty = True
+    for raw_line in payload.splitlines():
+        line = raw_line.strip()
+        if not line:
+            continue
+        if empty and line[0] != "#":
+            empty = False
+        if line[0] in first_letters:
+            lines.append(line)
+    return lines, empty
 
 
 def _identity(profile: EngineProfile, labels: Mapping[str, str]) -> tuple[str, str]:
@@ -244,17 +325,21 @@ def _identity(profile: EngineProfile, labels: Mapping[str, str]) -> tuple[str, s
     return model, "/".join(labels.get(name, "") for name in names)
 
 
-def parse_reading(payload: str, *, taken_at: float, kind: str = AUTO) -> Reading:
+def parse_reading(
+    payload: str, *, taken_at: float, kind: str = AUTO, line_by_line: bool = False
+) -> Reading:
     """Read the engine series and the process start time from exposition text.
 
     `kind` forces one engine's profile; `auto` keeps the engine whose identifying families
     are present. Non-finite values are treated as missing. A payload with no engine series
     gives a reading with no engines (the `no_metrics` state), never an exception; one with no
-    sample at all is marked `empty`.
+    sample at all is marked `empty`. `line_by_line` reads every line in Python even when the
+    payload allows the search in C (the same reading, slower: for tests and benchmarks).
     """
     table_kind = kind if kind == AUTO else profile_for(kind).kind
     table = _TABLES[table_kind]
-    first_letters = table.first_letters
+    searched = None if line_by_line else _lines_by_expression(payload, table)
+    lines, empty = searched if searched is not None else _lines_one_by_one(payload, table)
     wanted = table.series
     values: dict[str, dict[tuple[str, str], dict[str, float]]] = {}
     split_values: dict[str, dict[tuple[str, str], dict[str, float]]] = {}
@@ -262,15 +347,7 @@ def parse_reading(payload: str, *, taken_at: float, kind: str = AUTO) -> Reading
     seen: dict[str, set[str]] = {}
     start_time: float | None = None
     malformed = 0
-    empty = True
-    for raw_line in payload.splitlines():
-        line = raw_line.strip()
-        if not line:
-            continue
-        if empty and line[0] != "#":
-            empty = False
-        if line[0] not in first_letters:
-            continue
+    for line in lines:
         end = len(line)
         for stop in ("{", " "):
             found = line.find(stop)

@@ -19,7 +19,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 
 import aiohttp
-from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -49,6 +48,7 @@ from stallwatch.core.probe_schedule import (
     read_due,
 )
 from stallwatch.exporter.collector import TargetCollector
+from stallwatch.exporter.exposition import exposition
 from stallwatch.exporter.poll import poll_once
 from stallwatch.exporter.probe_debug import DebugPoll, debug_poll, debug_text
 
@@ -64,6 +64,9 @@ REFUSAL_REASONS = (
     "module_full",
     "too_many_targets",
 )
+# Targets nobody asked for are looked for at most this often: a sweep walks every target, and
+# doing it at every `/probe` would make each scrape cost grow with the number of targets.
+FORGET_SWEEP_SECONDS = 1.0
 # At most this many spellings of one target keep their rendered answer until the next read
 # (Prometheus asks with one); another spelling is rendered for its `/probe` and dropped first.
 MAX_SPELLINGS_RENDERED = 4
@@ -129,6 +132,7 @@ class ProbeService:
         self.forgotten = 0
         self._config = config
         self._rules: dict[str, tuple[AllowRule, ...]] = {}
+        self._next_sweep_at: float | None = None
         self.apply(config)
 
     @property
@@ -166,6 +170,11 @@ class ProbeService:
         self._forget_idle(now)
         key = (module_name, target.url)
         entry = self.entries.get(key)
+        if entry is not None and entry.reading is None and self._idle_too_long(key, entry, now):
+            # The sweep runs at most once a second: a target asked for past its forget_after
+            # starts anew all the same.
+            self._forget(key)
+            entry = None
         if entry is None:
             module_max = self.module_max_targets(module_name)
             reason = no_room(
@@ -304,6 +313,11 @@ class ProbeService:
             entry.reading = None
 
     def _forget_idle(self, now: float) -> None:
+        if self._next_sweep_at is not None and self._next_sweep_at > now >= (
+            self._next_sweep_at - FORGET_SWEEP_SECONDS
+        ):
+            return
+        self._next_sweep_at = now + FORGET_SWEEP_SECONDS
         asked = {
             key: (entry.last_asked_at, entry.module.forget_after_seconds)
             for key, entry in self.entries.items()
@@ -311,6 +325,10 @@ class ProbeService:
         }
         for key in forgotten(asked, now):
             self._forget(key)
+
+    @staticmethod
+    def _idle_too_long(key: tuple[str, str], entry: _Entry, now: float) -> bool:
+        return bool(forgotten({key: (entry.last_asked_at, entry.module.forget_after_seconds)}, now))
 
     def _forget(self, key: tuple[str, str]) -> None:
         entry = self.entries.pop(key, None)
@@ -341,9 +359,7 @@ def within(target: TargetConfig, budget: ReadBudget | None) -> TargetConfig:
 def render_answer(target: TargetConfig, history: TargetHistory) -> bytes:
     """The `/probe` body: the target's series, with the names and labels of `/metrics`."""
     config = ExporterConfig(targets=(target,))
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(TargetCollector(lambda: config, lambda: {target.name: history}))
-    return generate_latest(registry)
+    return exposition(TargetCollector(lambda: config, lambda: {target.name: history}).collect())
 
 
 class ProbeCollector(Collector):
