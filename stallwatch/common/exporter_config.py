@@ -37,6 +37,7 @@ _TOP_KEYS = (
     "listen",
     "interval",
     "timeout",
+    "test_request",
     "probe",
     "degraded",
     "max_payload_bytes",
@@ -44,6 +45,9 @@ _TOP_KEYS = (
     "modules",
 )
 _PROBE_KEYS = ("enabled", "model", "endpoint", "timeout", "min_interval")
+# The idle test request's settings were `probe:` before 0.2, a word that belongs to `/probe`.
+TEST_REQUEST_KEY = "test_request"
+OLD_TEST_REQUEST_KEY = "probe"
 _DEGRADED_KEYS = (
     "enabled",
     "admission_window",
@@ -62,6 +66,7 @@ _MODULE_KEYS = (
     "metrics_path",
     "interval",
     "timeout",
+    "test_request",
     "probe",
     "allow",
     "forget_after",
@@ -83,6 +88,7 @@ _TARGET_KEYS = (
     "metrics_path",
     "interval",
     "timeout",
+    "test_request",
     "probe",
     "degraded",
     "labels",
@@ -216,6 +222,28 @@ class ExporterConfig:
     modules: MappingProxyType[str, ModuleConfig] = field(
         default_factory=lambda: MappingProxyType({})
     )
+    # What the file asks for that still works but should change (deprecated keys).
+    warnings: tuple[str, ...] = ()
+
+
+def _test_request_section(section: Section, warnings: list[str]) -> Section:
+    """The idle test request's settings under `section`: `test_request`, or its old name
+    `probe` with a warning; both at once is an error."""
+    if not section.has(OLD_TEST_REQUEST_KEY):
+        return section.section(TEST_REQUEST_KEY, _PROBE_KEYS)
+    if section.has(TEST_REQUEST_KEY):
+        section.report(
+            OLD_TEST_REQUEST_KEY,
+            f"the old name of {section.field_name(TEST_REQUEST_KEY)}, given beside it: "
+            f"keep {TEST_REQUEST_KEY} only",
+        )
+        return section.section(TEST_REQUEST_KEY, _PROBE_KEYS)
+    warnings.append(
+        f"{section.source}: {section.field_name(OLD_TEST_REQUEST_KEY)}: deprecated (to be "
+        f"removed in 0.3): write {TEST_REQUEST_KEY}: instead (the idle test request, not the "
+        "/probe endpoint)"
+    )
+    return section.section(OLD_TEST_REQUEST_KEY, _PROBE_KEYS)
 
 
 def _probe(section: Section, defaults: ProbeConfig) -> ProbeConfig:
@@ -282,6 +310,7 @@ def _target(
     interval: float,
     timeout: float,
     probe_defaults: ProbeConfig,
+    warnings: list[str],
     degraded_defaults: DegradedConfig = DEFAULT_DEGRADED,
 ) -> TargetConfig:
     name = section.attempt(partial(section.string, "name", required=True), "")
@@ -304,7 +333,7 @@ def _target(
         metrics_path=metrics_path,
         interval_seconds=section.duration("interval", interval, minimum=MIN_INTERVAL_SECONDS),
         timeout_seconds=section.duration("timeout", timeout, minimum=MIN_INTERVAL_SECONDS),
-        probe=_probe(section.section("probe", _PROBE_KEYS), probe_defaults),
+        probe=_probe(_test_request_section(section, warnings), probe_defaults),
         degraded=_degraded(section.section("degraded", _DEGRADED_KEYS), degraded_defaults),
         labels=MappingProxyType(labels),
     )
@@ -319,6 +348,7 @@ def _module(
     interval: float,
     timeout: float,
     probe_defaults: ProbeConfig,
+    warnings: list[str],
     degraded_defaults: DegradedConfig = DEFAULT_DEGRADED,
 ) -> ModuleConfig:
     if not _MODULE_NAME.match(name):
@@ -345,7 +375,7 @@ def _module(
     )
     if forget_after < 2 * module_interval:
         section.report("forget_after", "must be at least two intervals")
-    probe_section = section.section("probe", _PROBE_KEYS)
+    probe_section = _test_request_section(section, warnings)
     defaults = ProbeConfig(
         enabled=False,
         model=probe_defaults.model,
@@ -412,13 +442,17 @@ def exporter_config_from_mapping(data: object, source: str) -> ExporterConfig:
         min(DEFAULT_TIMEOUT_SECONDS, interval),
         minimum=MIN_INTERVAL_SECONDS,
     )
-    probe_defaults = _probe(top.section("probe", _PROBE_KEYS), ProbeConfig())
+    warnings: list[str] = []
+    probe_defaults = _probe(_test_request_section(top, warnings), ProbeConfig())
     degraded_defaults = _degraded(top.section("degraded", _DEGRADED_KEYS), DegradedConfig())
     max_payload = top.integer("max_payload_bytes", DEFAULT_MAX_PAYLOAD_BYTES, minimum=1024)
     targets: list[TargetConfig] = []
     for section in top.sections("targets", _TARGET_KEYS):
         target = top.attempt(
-            partial(_target, section, interval, timeout, probe_defaults, degraded_defaults), None
+            partial(
+                _target, section, interval, timeout, probe_defaults, warnings, degraded_defaults
+            ),
+            None,
         )
         if target is None:
             continue
@@ -444,6 +478,7 @@ def exporter_config_from_mapping(data: object, source: str) -> ExporterConfig:
                 interval,
                 timeout,
                 probe_defaults,
+                warnings,
                 degraded_defaults,
             ),
             None,
@@ -460,4 +495,5 @@ def exporter_config_from_mapping(data: object, source: str) -> ExporterConfig:
         max_payload_bytes=max_payload,
         source=source,
         modules=MappingProxyType(modules),
+        warnings=tuple(warnings),
     )

@@ -44,7 +44,7 @@ def exporter_config(
         "listen": listen,
         "interval": interval,
         "timeout": "800ms",
-        "probe": {
+        "test_request": {
             "enabled": True,
             "endpoint": "completions",
             "timeout": "2s",

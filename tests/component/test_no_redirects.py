@@ -137,7 +137,9 @@ def state_of(body: str, target: str) -> str:
 async def probe_once(redirect: str) -> tuple[str, list[str]]:
     """One `/probe` of an allowed server whose `redirect` path redirects out of the list."""
     async with servers(redirect) as (allowed, sink):
-        modules = {"m": {"allow": [allowed.address], "interval": "1s", "probe": {"enabled": True}}}
+        modules = {
+            "m": {"allow": [allowed.address], "interval": "1s", "test_request": {"enabled": True}}
+        }
         config = exporter_config_from_mapping({"modules": modules}, "exporter.yml")
         async with (
             running_exporter(config, Path("exporter.yml"), port=0) as (_, url),

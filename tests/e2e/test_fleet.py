@@ -170,10 +170,10 @@ async def test_an_ha_pair_reads_each_server_as_one_prometheus(fleet_stack: Fleet
     test requests and the stuck count grow at one per interval, as with one Prometheus."""
     stack = fleet_stack
     window = 8.0
-    probe = {"enabled": True, "min_interval": "2s", "timeout": "1s"}
+    test_request = {"enabled": True, "min_interval": "2s", "timeout": "1s"}
     async with (
         running_simulator(SimConfig()) as idle,
-        fleet_exporter(stack.exporter_port, probe=probe) as service,
+        fleet_exporter(stack.exporter_port, test_request=test_request) as service,
     ):
         server = address(idle.url)
         write_sd(stack.sd_file, [server])

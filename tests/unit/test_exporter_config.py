@@ -37,17 +37,23 @@ INVALID: dict[str, str] = {
     "number-key": (
         "targets[0].labels: line 5: key 1 is not a string (quote it if it is meant as one)"
     ),
-    "probe-endpoint": "targets[0].probe.endpoint: expected one of completions, chat, got 'grpc'",
-    "probe-min-interval": (
-        "targets[0].probe.min_interval: expected a duration like 15s, 10m or 1h, got '-1m'"
+    "test-request-endpoint": (
+        "targets[0].test_request.endpoint: expected one of completions, chat, got 'grpc'"
     ),
-    "probe-timeout-zero": "probe.timeout: must be at least 100ms, got 0s",
+    "test-request-min-interval": (
+        "targets[0].test_request.min_interval: expected a duration like 15s, 10m or 1h, got '-1m'"
+    ),
+    "test-request-timeout-zero": "test_request.timeout: must be at least 100ms, got 0s",
+    "test-request-twice": (
+        "targets[0].probe: the old name of targets[0].test_request, given beside it: "
+        "keep test_request only"
+    ),
     "timeout-nan": "targets[0].timeout: expected a duration like 15s, 10m or 1h, got nan",
     "timeout-over-interval": "targets[0].timeout: must not be longer than the interval",
     "top-level-list": "expected a mapping at the top level, got list",
     "unknown-key": (
         "targets[0].intervl: unknown key (known keys: degraded, interval, kind, labels, "
-        "metrics_path, name, probe, timeout, url)"
+        "metrics_path, name, probe, test_request, timeout, url)"
     ),
     "degraded-factor": (
         "targets[0].degraded.collapse_factor: must be above 0 and at most 1, got 1.5"
@@ -92,8 +98,10 @@ def test_invalid_config_is_refused_with_its_exact_message(name: str, message: st
 
 @pytest.mark.parametrize("path", sorted(TESTDATA.glob("valid-exporter-*.yml")), ids=str)
 def test_valid_files_load(path: Path) -> None:
-    """Every valid-exporter-*.yml loads."""
-    assert load_exporter_config(path).targets
+    """Every valid-exporter-*.yml loads, with nothing deprecated in it."""
+    config = load_exporter_config(path)
+    assert config.targets
+    assert config.warnings == ()
 
 
 def test_full_valid_file_reads_every_field() -> None:
@@ -136,8 +144,9 @@ def test_degraded_thresholds_are_read_with_top_level_defaults() -> None:
 
 
 def test_example_config_is_valid() -> None:
-    """The shipped example loads, with defaults filled in per target."""
+    """The shipped example loads, with defaults filled in per target and nothing deprecated."""
     config = load_exporter_config(REPO / "examples" / "exporter.yml")
+    assert config.warnings == ()
     assert [t.name for t in config.targets] == ["gpu-a", "gpu-b", "gateway"]
     gpu_a, gpu_b, gateway = config.targets
     assert gpu_a.interval_seconds == 15.0
@@ -152,8 +161,10 @@ def test_example_config_is_valid() -> None:
 
 @pytest.mark.parametrize("name", ["exporter-sim.yml", "exporter-vllm.yml"])
 def test_deploy_configs_are_valid(name: str) -> None:
-    """The compose stack's exporter configs load."""
-    assert load_exporter_config(REPO / "deploy" / name).targets
+    """The compose stack's exporter configs load, with nothing deprecated in them."""
+    config = load_exporter_config(REPO / "deploy" / name)
+    assert config.targets
+    assert config.warnings == ()
 
 
 def test_missing_file_is_a_config_error(tmp_path: Path) -> None:

@@ -23,7 +23,7 @@ def test_a_module_takes_the_target_settings_and_defaults() -> None:
     config = exporter_config_from_mapping(
         {
             "interval": "30s",
-            "probe": {"enabled": True, "min_interval": "2m"},
+            "test_request": {"enabled": True, "min_interval": "2m"},
             "modules": {
                 "vllm": {"allow": ["10.0.0.0/8"]},
                 "trt": {
@@ -32,7 +32,7 @@ def test_a_module_takes_the_target_settings_and_defaults() -> None:
                     "interval": "15s",
                     "timeout": "3s",
                     "forget_after": "1h",
-                    "probe": {"enabled": True, "endpoint": "chat"},
+                    "test_request": {"enabled": True, "endpoint": "chat"},
                 },
             },
         },
