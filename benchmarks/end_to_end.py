@@ -2,8 +2,8 @@
 
 Real simulator → real exporter → real Prometheus (stallwatch's rules) → real Alertmanager
 (stallwatch's routing) → webhook. The stack is the one the end-to-end tests start
-(`tests/e2e/harness.py`: 1 s scrape and evaluation, group_wait 0 s); the exporter polls every
-1 s. Each run uses a new target name, so each alert is a new Alertmanager group.
+(`tests/support/alerting_stack.py`: 1 s scrape and evaluation, group_wait 0 s); the exporter
+polls every 1 s. Each run uses a new target name, so each alert is a new Alertmanager group.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from stallwatch.exporter.app import running_exporter
 from stallwatch.restarter.release import RELEASE_CHECK_SECONDS
 from stallwatch.simulator.load import run_load
 from stallwatch.simulator.testing import running_simulator
-from tests.e2e.harness import AlertingStack
+from tests.support.alerting_stack import AlertingStack
 
 TEST_INTERVAL = 1.0
 # The shipped defaults: exporter interval, Prometheus scrape and evaluation interval,

@@ -25,7 +25,7 @@ from stallwatch.exporter.check_cli import EXIT_DOWN, EXIT_OK, EXIT_STUCK, EXIT_U
 from stallwatch.localstack.processes import free_port
 from stallwatch.simulator.load import run_load
 from stallwatch.simulator.testing import running_simulator
-from tests.component.exporter_support import wait_until
+from tests.support.exporter import wait_until
 
 
 def check_target(url: str, interval: float = 0.3) -> TargetConfig:

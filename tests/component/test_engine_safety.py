@@ -19,7 +19,7 @@ from stallwatch.simulator.engines import ENGINES
 from stallwatch.simulator.load import run_load
 from stallwatch.simulator.server import SimServer
 from stallwatch.simulator.testing import running_simulator
-from tests.component.exporter_support import (
+from tests.support.exporter import (
     exporter_for,
     history,
     record_histories,

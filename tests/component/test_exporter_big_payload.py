@@ -14,8 +14,7 @@ from stallwatch.common.exporter_config import DEFAULT_MAX_PAYLOAD_BYTES, ProbeCo
 from stallwatch.core.history import PollOutcome, TargetHistory
 from stallwatch.simulator.server import SimConfig
 from stallwatch.simulator.testing import running_simulator
-
-from .exporter_support import exporter_for, target
+from tests.support.exporter import exporter_for, target
 
 # 141 644 engine series of vLLM, one per `engine` label: about 8 MiB, under the default cap.
 HOSTILE_SERIES = 141_644

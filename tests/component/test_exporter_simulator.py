@@ -27,7 +27,7 @@ from stallwatch.exporter.service import ExporterService
 from stallwatch.simulator.load import run_load
 from stallwatch.simulator.proxy import running_proxy
 from stallwatch.simulator.testing import running_simulator
-from tests.component.exporter_support import (
+from tests.support.exporter import (
     FAST_INTERVAL,
     exporter_for,
     history,

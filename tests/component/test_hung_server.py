@@ -20,8 +20,8 @@ from stallwatch.core.classify import State
 from stallwatch.exporter.check_cli import EXIT_DOWN, EXIT_STUCK, run_check
 from stallwatch.restarter.confirm import confirm_stall
 from stallwatch.simulator.testing import running_simulator
-from tests.component.exporter_support import exporter_for, target, wait_for_state
-from tests.component.restarter_support import (
+from tests.support.exporter import exporter_for, target, wait_for_state
+from tests.support.restarter import (
     alert,
     fake_vllm,
     marker_argv,

@@ -29,7 +29,7 @@ from stallwatch.net.fetch import (
 )
 from stallwatch.restarter.actions import ActionRunner
 from stallwatch.restarter.confirm import confirm_stall
-from tests.fixtures import real_payload
+from tests.support.real_payloads import real_payload
 
 PACKAGE = Path(__file__).resolve().parents[2] / "stallwatch"
 REQUEST_METHODS = {"get", "post", "put", "patch", "delete", "head", "options", "request"}

@@ -19,8 +19,7 @@ from stallwatch.exporter.app import running_exporter
 from stallwatch.exporter.service import ExporterService
 from stallwatch.simulator.server import SimConfig
 from stallwatch.simulator.testing import running_simulator
-
-from .exporter_support import target, wait_until
+from tests.support.exporter import target, wait_until
 
 
 def config(modules: dict[str, Any], **top: Any) -> ExporterConfig:

@@ -24,8 +24,7 @@ from stallwatch.common.exporter_config import ExporterConfig, exporter_config_fr
 from stallwatch.exporter.app import running_exporter
 from stallwatch.exporter.service import ExporterService
 from stallwatch.localstack.processes import find_binary, free_port, http_get, wait_until_ready
-
-from .harness import WEBHOOK_PATH, AlertingStack, RecordingReceiver
+from tests.support.alerting_stack import WEBHOOK_PATH, AlertingStack, RecordingReceiver
 
 PROBE_JOB = "stallwatch-exporter-probe"
 SHARD_JOBS = ("stallwatch-exporter-probe-shard-0", "stallwatch-exporter-probe-shard-1")

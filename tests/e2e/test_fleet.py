@@ -23,6 +23,8 @@ from stallwatch import USER_AGENT
 from stallwatch.simulator.load import run_load
 from stallwatch.simulator.server import SimConfig
 from stallwatch.simulator.testing import running_simulator
+from tests.support.alerting_stack import poll, running_stack
+from tests.support.pipeline import TIMEOUT, restarter_process
 
 from .fleet_support import (
     PROBE_JOB,
@@ -32,8 +34,6 @@ from .fleet_support import (
     wait_gone,
     write_sd,
 )
-from .harness import poll, running_stack
-from .pipeline_support import TIMEOUT, restarter_process
 from .test_pipeline_restarter import RESTART_SCRIPT, SIM_ARGS, Simulator, loaded, rows, simulator
 
 pytestmark = pytest.mark.e2e

@@ -1,6 +1,6 @@
 """Helpers for the scenarios on a real vLLM server: the exporter's targets, load, counters.
 
-The exporter runs in the test's event loop (see tests/component/exporter_support.py) and polls
+The exporter runs in the test's event loop (see tests/support/exporter.py) and polls
 the real server about once a second, as a production exporter would every 15 s.
 """
 
@@ -20,8 +20,8 @@ from stallwatch.core.classify import State
 from stallwatch.core.history import TargetHistory
 from stallwatch.core.reading import Reading
 from stallwatch.exporter.service import ExporterService
-from tests.component.exporter_support import record_histories
 from tests.real.vllm_server import complete, fetch_metrics, metric_samples, metric_sum, word_prompt
+from tests.support.exporter import record_histories
 
 REAL_INTERVAL = 1.0
 # A real server's /metrics answers in milliseconds even with a hung engine core; the test

@@ -22,8 +22,8 @@ from stallwatch.core.classify import State
 from stallwatch.exporter.check_cli import EXIT_STUCK, run_check
 from stallwatch.simulator.config import SimConfig
 from stallwatch.simulator.testing import running_simulator
-from tests.component.exporter_support import exporter_for, history, record_histories
 from tests.real_llamacpp.llamacpp_server import RealLlamaServer, complete
+from tests.support.exporter import exporter_for, history, record_histories
 
 NAME = "llama"
 INTERVAL = 1.0

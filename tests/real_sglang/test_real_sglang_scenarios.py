@@ -22,7 +22,6 @@ from stallwatch.core.history import PollOutcome, TargetHistory
 from stallwatch.exporter.check_cli import EXIT_STUCK, run_check
 from stallwatch.exporter.poll import poll_once
 from stallwatch.net.fetch import DEFAULT_MAX_BYTES
-from tests.component.exporter_support import exporter_for, history, record_histories
 from tests.real_sglang.sglang_server import (
     START_TIMEOUT_S,
     RealSglangServer,
@@ -30,6 +29,7 @@ from tests.real_sglang.sglang_server import (
     metrics_text,
     total,
 )
+from tests.support.exporter import exporter_for, history, record_histories
 
 NAME = "sglang"
 INTERVAL = 1.0

@@ -33,9 +33,8 @@ from stallwatch.core.classify import State
 from stallwatch.core.history import TargetHistory
 from stallwatch.exporter.app import running_exporter
 from stallwatch.exporter.service import ExporterService
-from tests.component.exporter_support import record_histories
-
-from .harness import HTTP_TIMEOUT_SECONDS, AlertingStack, poll
+from tests.support.alerting_stack import HTTP_TIMEOUT_SECONDS, AlertingStack, poll
+from tests.support.exporter import record_histories
 
 POLL_INTERVAL = 0.5
 TIMEOUT = 30.0
