@@ -18,7 +18,7 @@ from pathlib import Path
 import aiohttp
 
 from benchmarks.common import REPO, Section, fmt_seconds, median
-from stallwatch.common.exporter_config import ExporterConfig, ProbeConfig, TargetConfig
+from stallwatch.common.exporter_config import ExporterConfig, IdleTestRequestConfig, TargetConfig
 from stallwatch.common.restart_limits import DEFAULT_RESTART_AFTER
 from stallwatch.core.classify import State
 from stallwatch.exporter.app import running_exporter
@@ -76,7 +76,7 @@ async def one_run(stack: AlertingStack, workdir: Path, name: str) -> tuple[float
             url=sim.url,
             interval_seconds=TEST_INTERVAL,
             timeout_seconds=TEST_INTERVAL,
-            probe=ProbeConfig(timeout_seconds=0.5),
+            test_request=IdleTestRequestConfig(timeout_seconds=0.5),
         )
         config = ExporterConfig(targets=(target,), listen_port=stack.exporter_port)
         async with running_exporter(

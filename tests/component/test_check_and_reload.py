@@ -18,7 +18,7 @@ from aiohttp import web
 from stallwatch import USER_AGENT
 from stallwatch.common.cli import EXIT_USAGE
 from stallwatch.common.config_files import load_exporter_config
-from stallwatch.common.exporter_config import ProbeConfig, TargetConfig
+from stallwatch.common.exporter_config import IdleTestRequestConfig, TargetConfig
 from stallwatch.core.classify import State
 from stallwatch.exporter.app import reload_config, running_exporter
 from stallwatch.exporter.check_cli import EXIT_DOWN, EXIT_OK, EXIT_STUCK, EXIT_UNKNOWN, run_check
@@ -34,7 +34,7 @@ def check_target(url: str, interval: float = 0.3) -> TargetConfig:
         url=url,
         interval_seconds=interval,
         timeout_seconds=interval,
-        probe=ProbeConfig(timeout_seconds=0.5),
+        test_request=IdleTestRequestConfig(timeout_seconds=0.5),
     )
 
 
@@ -368,7 +368,7 @@ async def test_a_reload_applies_the_old_test_request_key_and_logs_its_warning(
         with caplog.at_level(logging.WARNING, logger="stallwatch.exporter"):
             assert await reload_config(service, path) is None
         (target,) = service.config.targets
-        assert target.probe.min_interval_seconds == 300.0
+        assert target.test_request.min_interval_seconds == 300.0
     logged = [record.getMessage() for record in caplog.records]
     expected = f"{path}: probe: deprecated (to be removed in 0.3): write test_request: instead"
     assert any(message.startswith(expected) for message in logged), logged

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from stallwatch.common.exporter_config import DEFAULT_MAX_PAYLOAD_BYTES, ProbeConfig
+from stallwatch.common.exporter_config import DEFAULT_MAX_PAYLOAD_BYTES, IdleTestRequestConfig
 from stallwatch.core.history import PollOutcome, TargetHistory
 from stallwatch.simulator.server import SimConfig
 from stallwatch.simulator.testing import running_simulator
@@ -62,7 +62,7 @@ async def test_a_huge_payload_does_not_delay_a_healthy_target() -> None:
             kind="vllm",
             interval_seconds=HEALTHY_INTERVAL,
             timeout_seconds=HEALTHY_INTERVAL,
-            probe=ProbeConfig(enabled=False),
+            test_request=IdleTestRequestConfig(enabled=False),
         )
         hostile = target(
             "hostile",
@@ -70,7 +70,7 @@ async def test_a_huge_payload_does_not_delay_a_healthy_target() -> None:
             kind="vllm",
             interval_seconds=1.0,
             timeout_seconds=1.0,
-            probe=ProbeConfig(enabled=False),
+            test_request=IdleTestRequestConfig(enabled=False),
         )
         polled: dict[str, list[float]] = {"healthy": [], "hostile": []}
         loop = asyncio.get_running_loop()

@@ -17,7 +17,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from stallwatch.common.exporter_config import ProbeConfig, TargetConfig
+from stallwatch.common.exporter_config import IdleTestRequestConfig, TargetConfig
 from stallwatch.core.classify import State
 from stallwatch.exporter.check_cli import EXIT_STUCK, run_check
 from stallwatch.simulator.config import SimConfig
@@ -50,7 +50,7 @@ def llama_target(name: str, url: str) -> TargetConfig:
         url=url,
         interval_seconds=INTERVAL,
         timeout_seconds=INTERVAL,
-        probe=ProbeConfig(timeout_seconds=10.0),
+        test_request=IdleTestRequestConfig(timeout_seconds=10.0),
     )
 
 

@@ -16,7 +16,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from stallwatch.common.exporter_config import ProbeConfig, TargetConfig
+from stallwatch.common.exporter_config import IdleTestRequestConfig, TargetConfig
 from stallwatch.core.classify import State, still_loading
 from stallwatch.core.history import PollOutcome, TargetHistory
 from stallwatch.exporter.check_cli import EXIT_STUCK, run_check
@@ -56,7 +56,7 @@ def sglang_target(url: str, name: str = NAME, interval: float = INTERVAL) -> Tar
         url=url,
         interval_seconds=interval,
         timeout_seconds=INTERVAL,
-        probe=ProbeConfig(timeout_seconds=10.0),
+        test_request=IdleTestRequestConfig(timeout_seconds=10.0),
     )
 
 

@@ -28,7 +28,7 @@ from typing import Any
 
 import aiohttp
 
-from stallwatch.common.exporter_config import ExporterConfig, ProbeConfig, TargetConfig
+from stallwatch.common.exporter_config import ExporterConfig, IdleTestRequestConfig, TargetConfig
 from stallwatch.core.classify import State
 from stallwatch.core.history import TargetHistory
 from stallwatch.exporter.app import running_exporter
@@ -54,7 +54,7 @@ def target(name: str, url: str, interval: float = POLL_INTERVAL) -> TargetConfig
         url=url,
         interval_seconds=interval,
         timeout_seconds=min(interval, 1.0),
-        probe=ProbeConfig(timeout_seconds=0.5),
+        test_request=IdleTestRequestConfig(timeout_seconds=0.5),
     )
 
 

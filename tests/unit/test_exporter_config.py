@@ -111,12 +111,12 @@ def test_full_valid_file_reads_every_field() -> None:
     assert config.max_payload_bytes == 1_048_576
     gpu_a, gpu_b, gateway = config.targets
     assert (gpu_a.interval_seconds, gpu_a.timeout_seconds) == (90.0, 0.5)
-    assert (gpu_a.probe.endpoint, gpu_a.probe.timeout_seconds) == ("chat", 10.0)
-    assert gpu_a.probe.min_interval_seconds == 120.0
-    assert gpu_b.probe.min_interval_seconds == 0.0  # zero: a test request on every idle poll
+    assert (gpu_a.test_request.endpoint, gpu_a.test_request.timeout_seconds) == ("chat", 10.0)
+    assert gpu_a.test_request.min_interval_seconds == 120.0
+    assert gpu_b.test_request.min_interval_seconds == 0.0  # zero: a test request on every idle poll
     assert (gpu_b.interval_seconds, gpu_b.timeout_seconds) == (0.05, 0.05)
-    assert gpu_b.probe.enabled is False
-    assert gpu_b.probe.model == "tiny"
+    assert gpu_b.test_request.enabled is False
+    assert gpu_b.test_request.model == "tiny"
     assert gpu_b.metrics_url == "https://gpu-b.example:8443/custom/metrics"
     assert gateway.kind == "proxy"
     assert gateway.interval_seconds == 7 * 86400
@@ -151,9 +151,9 @@ def test_example_config_is_valid() -> None:
     gpu_a, gpu_b, gateway = config.targets
     assert gpu_a.interval_seconds == 15.0
     assert gpu_b.interval_seconds == 10.0
-    assert gpu_b.probe.model == "tiny"
-    assert gpu_a.probe.timeout_seconds == 10.0
-    assert gpu_a.probe.min_interval_seconds == 60.0
+    assert gpu_b.test_request.model == "tiny"
+    assert gpu_a.test_request.timeout_seconds == 10.0
+    assert gpu_a.test_request.min_interval_seconds == 60.0
     assert gateway.kind == "proxy"
     assert dict(gpu_a.labels) == {"host": "gpu-a"}
     assert gpu_a.metrics_url == "http://127.0.0.1:8000/metrics"

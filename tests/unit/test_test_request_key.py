@@ -36,10 +36,14 @@ def test_either_name_configures_the_test_request_everywhere(tmp_path: Path, key:
     defaults), in a target and in a module."""
     config = load_exporter_config(write(tmp_path, key))
     (target,) = config.targets
-    assert (target.probe.endpoint, target.probe.timeout_seconds) == ("chat", 3.0)
-    assert (target.probe.enabled, target.probe.min_interval_seconds) == (False, 120.0)
+    assert (target.test_request.endpoint, target.test_request.timeout_seconds) == ("chat", 3.0)
+    assert (target.test_request.enabled, target.test_request.min_interval_seconds) == (False, 120.0)
     module = config.modules["fleet"]
-    assert (module.probe.enabled, module.probe.model, module.probe.endpoint) == (
+    assert (
+        module.test_request.enabled,
+        module.test_request.model,
+        module.test_request.endpoint,
+    ) == (
         True,
         "tiny",
         "chat",
