@@ -340,8 +340,7 @@ def test_config_check_flag_validates_and_exits(tmp_path: Path) -> None:
 
 
 def test_config_check_prints_the_old_test_request_key_warning(tmp_path: Path) -> None:
-    """--config.check of a file that still says `probe:` passes and prints the deprecation,
-    naming the file and the key's place; with `test_request:` it prints none."""
+    """--config.check prints the `probe:` deprecation with file and place; none for the new key."""
     old = tmp_path / "old.yml"
     old.write_text("targets:\n  - {name: a, url: 'http://127.0.0.1:8000', probe: {}}\n")
     completed = run_cli("exporter", "--config", str(old), "--config.check")
@@ -357,8 +356,7 @@ def test_config_check_prints_the_old_test_request_key_warning(tmp_path: Path) ->
 async def test_a_reload_applies_the_old_test_request_key_and_logs_its_warning(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A reloaded file that still says `probe:` is applied, and its deprecation is logged with
-    the file and the key's place."""
+    """A reload of a file with `probe:` applies it and logs the deprecation with file and place."""
     path = tmp_path / "exporter.yml"
     path.write_text("targets: []\n")
     async with running_exporter(load_exporter_config(path), path, port=0) as (service, _url):

@@ -228,15 +228,13 @@ def test_the_graph_sees_the_imports_it_checks() -> None:
 
 
 def test_no_two_modules_import_each_other_directly_or_through_others() -> None:
-    """The graph of module imports (type-checking and function-level imports counted) has no
-    cycle; the message is the cycle, module by module."""
+    """No cycle in the graph of module imports; a failure names the cycle, module by module."""
     cycle = find_cycle(module_import_graph())
     assert cycle is None, "module import cycle: " + " -> ".join(cycle or [])
 
 
 def test_the_module_graph_counts_type_checking_and_function_level_imports() -> None:
-    """An import under `if TYPE_CHECKING:`, one inside a function and a relative one are edges of
-    the module graph, as a top-level import is."""
+    """Imports under `if TYPE_CHECKING:`, in a function and relative ones are edges, as top ones."""
     known = {"stallwatch", "stallwatch.a", "stallwatch.b", "stallwatch.c", "stallwatch.d"}
     source = (
         "from typing import TYPE_CHECKING\n"
@@ -252,7 +250,7 @@ def test_the_module_graph_counts_type_checking_and_function_level_imports() -> N
 
 
 def test_find_cycle_names_the_cycle_module_by_module() -> None:
-    """A cycle through three modules is reported as the path around it, back to its start."""
+    """A three-module cycle is reported as the path around it; a graph without one as None."""
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert find_cycle(graph) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None

@@ -32,8 +32,7 @@ def write(tmp_path: Path, key: str) -> Path:
 
 @pytest.mark.parametrize("key", ["test_request", "probe"])
 def test_either_name_configures_the_test_request_everywhere(tmp_path: Path, key: str) -> None:
-    """`test_request:` and its old name `probe:` set the same fields at the top (the
-    defaults), in a target and in a module."""
+    """`test_request:` and the old `probe:` set the same fields, at the top and below."""
     config = load_exporter_config(write(tmp_path, key))
     (target,) = config.targets
     assert (target.test_request.endpoint, target.test_request.timeout_seconds) == ("chat", 3.0)
@@ -56,8 +55,7 @@ def test_the_new_name_warns_of_nothing(tmp_path: Path) -> None:
 
 
 def test_the_old_name_warns_naming_the_file_and_each_place(tmp_path: Path) -> None:
-    """Each `probe:` is one warning that names the file and where the key is, and says what
-    to write instead."""
+    """Each `probe:` is one warning naming the file and its place, and saying what to write."""
     path = write(tmp_path, "probe")
     warnings = load_exporter_config(path).warnings
     places = ["probe", "targets[0].probe", "modules.fleet.probe"]
@@ -87,8 +85,7 @@ def test_the_old_name_warns_naming_the_file_and_each_place(tmp_path: Path) -> No
 def test_both_names_in_one_place_is_an_error_naming_file_and_field(
     tmp_path: Path, text: str, field: str
 ) -> None:
-    """`probe:` beside `test_request:` in one mapping is refused, naming the file and the field,
-    whichever place it is in."""
+    """`probe:` beside `test_request:` is refused naming the file and the field, in every place."""
     path = tmp_path / "exporter.yml"
     path.write_text(text, encoding="utf-8")
     with pytest.raises(ConfigError) as raised:
