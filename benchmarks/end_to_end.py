@@ -2,8 +2,8 @@
 
 Real simulator → real exporter → real Prometheus (stallwatch's rules) → real Alertmanager
 (stallwatch's routing) → webhook. The stack is the one the end-to-end tests start
-(`tests/e2e/harness.py`: 1 s scrape and evaluation, group_wait 0 s); the exporter polls every
-1 s. Each run uses a new target name, so each alert is a new Alertmanager group.
+(`tests/support/alerting_stack.py`: 1 s scrape and evaluation, group_wait 0 s); the exporter
+polls every 1 s. Each run uses a new target name, so each alert is a new Alertmanager group.
 """
 
 from __future__ import annotations
@@ -18,14 +18,14 @@ from pathlib import Path
 import aiohttp
 
 from benchmarks.common import REPO, Section, fmt_seconds, median
-from stallwatch.common.exporter_config import ExporterConfig, ProbeConfig, TargetConfig
+from stallwatch.common.exporter_config import ExporterConfig, IdleTestRequestConfig, TargetConfig
 from stallwatch.common.restart_limits import DEFAULT_RESTART_AFTER
 from stallwatch.core.classify import State
 from stallwatch.exporter.app import running_exporter
 from stallwatch.restarter.release import RELEASE_CHECK_SECONDS
 from stallwatch.simulator.load import run_load
 from stallwatch.simulator.testing import running_simulator
-from tests.e2e.harness import AlertingStack
+from tests.support.alerting_stack import AlertingStack
 
 TEST_INTERVAL = 1.0
 # The shipped defaults: exporter interval, Prometheus scrape and evaluation interval,
@@ -76,7 +76,7 @@ async def one_run(stack: AlertingStack, workdir: Path, name: str) -> tuple[float
             url=sim.url,
             interval_seconds=TEST_INTERVAL,
             timeout_seconds=TEST_INTERVAL,
-            probe=ProbeConfig(timeout_seconds=0.5),
+            test_request=IdleTestRequestConfig(timeout_seconds=0.5),
         )
         config = ExporterConfig(targets=(target,), listen_port=stack.exporter_port)
         async with running_exporter(

@@ -21,7 +21,7 @@ import aiohttp
 
 from benchmarks.common import REAL_METRICS, VLLM_PAYLOAD, Section, fmt_seconds, real_payload
 from stallwatch import USER_AGENT
-from stallwatch.common.exporter_config import ExporterConfig, ProbeConfig, TargetConfig
+from stallwatch.common.exporter_config import ExporterConfig, IdleTestRequestConfig, TargetConfig
 from stallwatch.exporter.service import ExporterService
 
 SHIPPED_INTERVAL = 15.0
@@ -100,7 +100,7 @@ async def measure(servers: TargetServers, count: int, interval: float, seconds: 
             url=f"http://127.0.0.1:{port}",
             interval_seconds=interval,
             timeout_seconds=min(5.0, interval),
-            probe=ProbeConfig(enabled=False),
+            test_request=IdleTestRequestConfig(enabled=False),
         )
         for index, port in enumerate(servers.ports[:count])
     )

@@ -17,33 +17,37 @@ from stallwatch.engines import AUTO, DEFAULT_METRICS_PATH, TARGET_KINDS, default
 # A target's `kind`: one of the engine registry's TARGET_KINDS (`auto`, the default, recognises
 # the engine from its families; `proxy` reads no metrics of its own).
 TargetKind = str
-ProbeEndpoint = Literal["completions", "chat"]
-PROBE_ENDPOINTS: tuple[str, ...] = ("completions", "chat")
+TestRequestEndpoint = Literal["completions", "chat"]
+TEST_REQUEST_ENDPOINTS: tuple[str, ...] = ("completions", "chat")
 DEFAULT_LISTEN = "127.0.0.1:9732"
 DEFAULT_INTERVAL_SECONDS = 15.0
 DEFAULT_TIMEOUT_SECONDS = 5.0
-DEFAULT_PROBE_TIMEOUT_SECONDS = 10.0
+DEFAULT_TEST_REQUEST_TIMEOUT_SECONDS = 10.0
 # At most one test request a minute (four 15 s polls) to a server that answers: an idle
 # server's request log holds at most 1 440 a day instead of ~2 900, and a hang with running
 # frozen at 0 is caught at most ~45 s later than with one every other poll.
-DEFAULT_PROBE_MIN_INTERVAL_SECONDS = 60.0
+DEFAULT_TEST_REQUEST_MIN_INTERVAL_SECONDS = 60.0
 DEFAULT_MAX_PAYLOAD_BYTES = 8 * 1024 * 1024
 # Shorter polls would only measure the exporter; shorter timeouts would fail a healthy server.
 MIN_INTERVAL_SECONDS = 0.05
-MIN_PROBE_TIMEOUT_SECONDS = 0.1
+MIN_TEST_REQUEST_TIMEOUT_SECONDS = 0.1
 _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 _RESERVED_LABELS = frozenset({"target", "state", "reason", "url", "kind", "engine", "version"})
 _TOP_KEYS = (
     "listen",
     "interval",
     "timeout",
+    "test_request",
     "probe",
     "degraded",
     "max_payload_bytes",
     "targets",
     "modules",
 )
-_PROBE_KEYS = ("enabled", "model", "endpoint", "timeout", "min_interval")
+_TEST_REQUEST_KEYS = ("enabled", "model", "endpoint", "timeout", "min_interval")
+# The idle test request's settings were `probe:` before 0.2, a word that belongs to `/probe`.
+TEST_REQUEST_KEY = "test_request"
+OLD_TEST_REQUEST_KEY = "probe"
 _DEGRADED_KEYS = (
     "enabled",
     "admission_window",
@@ -62,6 +66,7 @@ _MODULE_KEYS = (
     "metrics_path",
     "interval",
     "timeout",
+    "test_request",
     "probe",
     "allow",
     "forget_after",
@@ -83,6 +88,7 @@ _TARGET_KEYS = (
     "metrics_path",
     "interval",
     "timeout",
+    "test_request",
     "probe",
     "degraded",
     "labels",
@@ -111,15 +117,15 @@ def metrics_in_base_url(url: str) -> str:
 
 
 @dataclass(frozen=True)
-class ProbeConfig:
+class IdleTestRequestConfig:
     """The idle test request: one `max_tokens: 1` request, sent only to a server with no work."""
 
     enabled: bool = True
     model: str | None = None  # None: the model name the server's own metrics carry
-    endpoint: ProbeEndpoint = "completions"
-    timeout_seconds: float = DEFAULT_PROBE_TIMEOUT_SECONDS
+    endpoint: TestRequestEndpoint = "completions"
+    timeout_seconds: float = DEFAULT_TEST_REQUEST_TIMEOUT_SECONDS
     # At most one test request per this long to a server that answers (0: on every idle poll).
-    min_interval_seconds: float = DEFAULT_PROBE_MIN_INTERVAL_SECONDS
+    min_interval_seconds: float = DEFAULT_TEST_REQUEST_MIN_INTERVAL_SECONDS
 
 
 @dataclass(frozen=True)
@@ -161,7 +167,7 @@ class TargetConfig:
     metrics_path: str = "/metrics"
     interval_seconds: float = DEFAULT_INTERVAL_SECONDS
     timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS
-    probe: ProbeConfig = ProbeConfig()
+    test_request: IdleTestRequestConfig = IdleTestRequestConfig()
     degraded: DegradedConfig = DegradedConfig()
     labels: MappingProxyType[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
@@ -185,7 +191,7 @@ class ModuleConfig:
     # Reads of one target are at least this far apart, however often `/probe` asks.
     interval_seconds: float = DEFAULT_INTERVAL_SECONDS
     timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS
-    probe: ProbeConfig = ProbeConfig(enabled=False)
+    test_request: IdleTestRequestConfig = IdleTestRequestConfig(enabled=False)
     forget_after_seconds: float = DEFAULT_FORGET_AFTER_SECONDS
     # The most targets this module remembers at once; None: an equal share of the total
     # (`module_max_targets`).
@@ -201,7 +207,7 @@ class ModuleConfig:
             metrics_path=self.metrics_path,
             interval_seconds=self.interval_seconds,
             timeout_seconds=self.timeout_seconds,
-            probe=self.probe,
+            test_request=self.test_request,
             degraded=self.degraded,
         )
 
@@ -216,17 +222,40 @@ class ExporterConfig:
     modules: MappingProxyType[str, ModuleConfig] = field(
         default_factory=lambda: MappingProxyType({})
     )
+    # What the file asks for that still works but should change (deprecated keys).
+    warnings: tuple[str, ...] = ()
 
 
-def _probe(section: Section, defaults: ProbeConfig) -> ProbeConfig:
-    return ProbeConfig(
+def _test_request_section(section: Section, warnings: list[str]) -> Section:
+    """The idle test request's settings under `section`: `test_request`, or its old name
+    `probe` with a warning; both at once is an error."""
+    if not section.has(OLD_TEST_REQUEST_KEY):
+        return section.section(TEST_REQUEST_KEY, _TEST_REQUEST_KEYS)
+    if section.has(TEST_REQUEST_KEY):
+        section.report(
+            OLD_TEST_REQUEST_KEY,
+            f"the old name of {section.field_name(TEST_REQUEST_KEY)}, given beside it: "
+            f"keep {TEST_REQUEST_KEY} only",
+        )
+        return section.section(TEST_REQUEST_KEY, _TEST_REQUEST_KEYS)
+    warnings.append(
+        f"{section.source}: {section.field_name(OLD_TEST_REQUEST_KEY)}: deprecated (to be "
+        f"removed in 0.3): write {TEST_REQUEST_KEY}: instead (the idle test request, not the "
+        "/probe endpoint)"
+    )
+    return section.section(OLD_TEST_REQUEST_KEY, _TEST_REQUEST_KEYS)
+
+
+def _test_request(section: Section, defaults: IdleTestRequestConfig) -> IdleTestRequestConfig:
+    return IdleTestRequestConfig(
         enabled=section.boolean("enabled", defaults.enabled),
         model=section.optional_string("model") or defaults.model,
         endpoint=cast(
-            ProbeEndpoint, section.choice("endpoint", defaults.endpoint, PROBE_ENDPOINTS)
+            TestRequestEndpoint,
+            section.choice("endpoint", defaults.endpoint, TEST_REQUEST_ENDPOINTS),
         ),
         timeout_seconds=section.duration(
-            "timeout", defaults.timeout_seconds, minimum=MIN_PROBE_TIMEOUT_SECONDS
+            "timeout", defaults.timeout_seconds, minimum=MIN_TEST_REQUEST_TIMEOUT_SECONDS
         ),
         min_interval_seconds=section.duration(
             "min_interval", defaults.min_interval_seconds, zero=True
@@ -281,7 +310,8 @@ def _target(
     section: Section,
     interval: float,
     timeout: float,
-    probe_defaults: ProbeConfig,
+    test_request_defaults: IdleTestRequestConfig,
+    warnings: list[str],
     degraded_defaults: DegradedConfig = DEFAULT_DEGRADED,
 ) -> TargetConfig:
     name = section.attempt(partial(section.string, "name", required=True), "")
@@ -304,7 +334,7 @@ def _target(
         metrics_path=metrics_path,
         interval_seconds=section.duration("interval", interval, minimum=MIN_INTERVAL_SECONDS),
         timeout_seconds=section.duration("timeout", timeout, minimum=MIN_INTERVAL_SECONDS),
-        probe=_probe(section.section("probe", _PROBE_KEYS), probe_defaults),
+        test_request=_test_request(_test_request_section(section, warnings), test_request_defaults),
         degraded=_degraded(section.section("degraded", _DEGRADED_KEYS), degraded_defaults),
         labels=MappingProxyType(labels),
     )
@@ -318,7 +348,8 @@ def _module(
     section: Section,
     interval: float,
     timeout: float,
-    probe_defaults: ProbeConfig,
+    test_request_defaults: IdleTestRequestConfig,
+    warnings: list[str],
     degraded_defaults: DegradedConfig = DEFAULT_DEGRADED,
 ) -> ModuleConfig:
     if not _MODULE_NAME.match(name):
@@ -345,13 +376,13 @@ def _module(
     )
     if forget_after < 2 * module_interval:
         section.report("forget_after", "must be at least two intervals")
-    probe_section = section.section("probe", _PROBE_KEYS)
-    defaults = ProbeConfig(
+    test_request_section = _test_request_section(section, warnings)
+    defaults = IdleTestRequestConfig(
         enabled=False,
-        model=probe_defaults.model,
-        endpoint=probe_defaults.endpoint,
-        timeout_seconds=probe_defaults.timeout_seconds,
-        min_interval_seconds=probe_defaults.min_interval_seconds,
+        model=test_request_defaults.model,
+        endpoint=test_request_defaults.endpoint,
+        timeout_seconds=test_request_defaults.timeout_seconds,
+        min_interval_seconds=test_request_defaults.min_interval_seconds,
     )
     return ModuleConfig(
         name=name,
@@ -360,7 +391,7 @@ def _module(
         metrics_path=metrics_path,
         interval_seconds=module_interval,
         timeout_seconds=module_timeout,
-        probe=_probe(probe_section, defaults),
+        test_request=_test_request(test_request_section, defaults),
         forget_after_seconds=forget_after,
         max_targets=section.integer("max_targets", 0, minimum=1)
         if section.has("max_targets")
@@ -412,13 +443,25 @@ def exporter_config_from_mapping(data: object, source: str) -> ExporterConfig:
         min(DEFAULT_TIMEOUT_SECONDS, interval),
         minimum=MIN_INTERVAL_SECONDS,
     )
-    probe_defaults = _probe(top.section("probe", _PROBE_KEYS), ProbeConfig())
+    warnings: list[str] = []
+    test_request_defaults = _test_request(
+        _test_request_section(top, warnings), IdleTestRequestConfig()
+    )
     degraded_defaults = _degraded(top.section("degraded", _DEGRADED_KEYS), DegradedConfig())
     max_payload = top.integer("max_payload_bytes", DEFAULT_MAX_PAYLOAD_BYTES, minimum=1024)
     targets: list[TargetConfig] = []
     for section in top.sections("targets", _TARGET_KEYS):
         target = top.attempt(
-            partial(_target, section, interval, timeout, probe_defaults, degraded_defaults), None
+            partial(
+                _target,
+                section,
+                interval,
+                timeout,
+                test_request_defaults,
+                warnings,
+                degraded_defaults,
+            ),
+            None,
         )
         if target is None:
             continue
@@ -443,7 +486,8 @@ def exporter_config_from_mapping(data: object, source: str) -> ExporterConfig:
                 module_section,
                 interval,
                 timeout,
-                probe_defaults,
+                test_request_defaults,
+                warnings,
                 degraded_defaults,
             ),
             None,
@@ -460,4 +504,5 @@ def exporter_config_from_mapping(data: object, source: str) -> ExporterConfig:
         max_payload_bytes=max_payload,
         source=source,
         modules=MappingProxyType(modules),
+        warnings=tuple(warnings),
     )

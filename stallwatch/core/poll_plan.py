@@ -17,7 +17,7 @@ from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Literal, TypeVar
 
-from stallwatch.common.exporter_config import ProbeEndpoint, TargetConfig
+from stallwatch.common.exporter_config import TargetConfig, TestRequestEndpoint
 from stallwatch.core.classify import (
     State,
     Verdict,
@@ -118,7 +118,7 @@ class SendTestRequest:
     """Send the one `max_tokens: 1` test request; answer: `ProbeResult`."""
 
     model: str
-    endpoint: ProbeEndpoint
+    endpoint: TestRequestEndpoint
     timeout_seconds: float
 
 
@@ -154,7 +154,7 @@ def join_url(base: str, path: str) -> str:
     return base.rstrip("/") + path
 
 
-def allows_test_request(engine_kind: str | None, endpoint: ProbeEndpoint) -> bool:
+def allows_test_request(engine_kind: str | None, endpoint: TestRequestEndpoint) -> bool:
     """Whether the engine's profile marks the test request's path safe (unknown engine: yes)."""
     profile = PROFILES.get(engine_kind or "")
     return profile is None or TEST_PATHS[endpoint] in profile.test_paths
@@ -272,26 +272,28 @@ def poll_plan(
         return PollResult(verdict, reading)
     if (yield from _asleep(kind)):
         return PollResult(Verdict(State.SLEEPING, f"{kind} says it sleeps"), reading)
-    probe = target.probe
-    if not probe.enabled:
+    test_request = target.test_request
+    if not test_request.enabled:
         detail = "test request disabled; idle by its counters"
         return PollResult(with_probe_result(verdict, True, detail), reading)
-    if not allows_test_request(reading.engine_kind, probe.endpoint):
+    if not allows_test_request(reading.engine_kind, test_request.endpoint):
         detail = f"{reading.engine_kind} has no safe test request; idle by its counters"
         return PollResult(with_probe_result(verdict, True, detail), reading)
     if not probe_due(
         verdict,
         last_proven_alive_at,
         now,
-        min_interval=probe.min_interval_seconds,
+        min_interval=test_request.min_interval_seconds,
         poll_interval=target.interval_seconds,
     ):
         held = probe_deferred(
-            verdict, last_proven_alive_at, now, min_interval=probe.min_interval_seconds
+            verdict, last_proven_alive_at, now, min_interval=test_request.min_interval_seconds
         )
         return PollResult(held, reading, probe_deferred=True)
-    model = probe.model or (reading.model_names[0] if reading.model_names else "")
-    answer = yield from _send(SendTestRequest(model, probe.endpoint, probe.timeout_seconds))
+    model = test_request.model or (reading.model_names[0] if reading.model_names else "")
+    answer = yield from _send(
+        SendTestRequest(model, test_request.endpoint, test_request.timeout_seconds)
+    )
     reread = None if answer.succeeded else (yield from _read(metrics_url, again=True)).reading
     settled = settle_probe(
         verdict, reading, answered=answer.succeeded, detail=answer.detail, reread=reread

@@ -33,7 +33,7 @@ DEMO_TIMINGS = Timings(
 )
 # The shipped 60s is four polls of the default 15s; the demo keeps that ratio to its 1s polls,
 # so an idle server's test requests are as sparse as in production, on the demo's clock.
-DEMO_PROBE_MIN_INTERVAL = "4s"
+DEMO_TEST_REQUEST_MIN_INTERVAL = "4s"
 
 
 def exporter_config(
@@ -44,11 +44,11 @@ def exporter_config(
         "listen": listen,
         "interval": interval,
         "timeout": "800ms",
-        "probe": {
+        "test_request": {
             "enabled": True,
             "endpoint": "completions",
             "timeout": "2s",
-            "min_interval": DEMO_PROBE_MIN_INTERVAL,
+            "min_interval": DEMO_TEST_REQUEST_MIN_INTERVAL,
         },
         "targets": [
             *({"name": name, "url": url} for name, url in servers.items()),

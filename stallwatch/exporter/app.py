@@ -65,6 +65,8 @@ async def reload_config(service: ExporterService, path: Path) -> str | None:
         service.reload_status.successful = False
         log.error("reload refused, keeping the running config: %s", error)
         return str(error)
+    for warning in new_config.warnings:
+        log.warning("%s", warning)
     if (new_config.listen_host, new_config.listen_port) != (
         service.config.listen_host,
         service.config.listen_port,

@@ -20,10 +20,10 @@ from stallwatch.common.cli import EXIT_USAGE, positive_duration
 from stallwatch.common.config import check_url
 from stallwatch.common.exporter_config import (
     MIN_INTERVAL_SECONDS,
-    MIN_PROBE_TIMEOUT_SECONDS,
-    ProbeConfig,
-    ProbeEndpoint,
+    MIN_TEST_REQUEST_TIMEOUT_SECONDS,
+    IdleTestRequestConfig,
     TargetConfig,
+    TestRequestEndpoint,
     metrics_in_base_url,
 )
 from stallwatch.core.classify import State
@@ -180,7 +180,7 @@ def run(args: argparse.Namespace) -> int:
     for flag, seconds, minimum in (
         ("--interval", args.interval, MIN_INTERVAL_SECONDS),
         ("--timeout", args.timeout, MIN_INTERVAL_SECONDS),
-        ("--probe-timeout", args.probe_timeout, MIN_PROBE_TIMEOUT_SECONDS),
+        ("--probe-timeout", args.probe_timeout, MIN_TEST_REQUEST_TIMEOUT_SECONDS),
     ):
         if seconds < minimum:
             print(
@@ -195,10 +195,10 @@ def run(args: argparse.Namespace) -> int:
         metrics_path=default_metrics_path(args.kind),
         interval_seconds=args.interval,
         timeout_seconds=min(args.timeout, args.interval),
-        probe=ProbeConfig(
+        test_request=IdleTestRequestConfig(
             enabled=not args.no_probe,
             model=args.probe_model,
-            endpoint=cast(ProbeEndpoint, args.probe_endpoint),
+            endpoint=cast(TestRequestEndpoint, args.probe_endpoint),
             timeout_seconds=args.probe_timeout,
         ),
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import logging
 import sys
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,8 @@ from stallwatch.common.config_files import load_exporter_config
 from stallwatch.exporter.app import ListenError, serve
 from stallwatch.exporter.web_config import describe as describe_web_config
 from stallwatch.exporter.web_config import load_web_config
+
+log = logging.getLogger(__name__)
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
@@ -65,6 +68,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"invalid config: {error}", file=sys.stderr)
         return 1
     if args.config_check:
+        for warning in config.warnings:
+            print(f"warning: {warning}", file=sys.stderr)
         print(f"{args.config}: valid, {len(config.targets)} targets")
         if web_config is not None:
             print(f"{args.web_config_file}: valid, {describe_web_config(web_config)}")
@@ -78,6 +83,8 @@ def run(args: argparse.Namespace) -> int:
                 f"{module.interval_seconds:g} s at most, allow {', '.join(module.allow)}"
             )
         return 0
+    for warning in config.warnings:
+        log.warning("%s", warning)
     try:
         asyncio.run(serve(config, args.config, web_config))
     except ListenError as error:

@@ -19,7 +19,7 @@ from typing import Any, Literal
 import aiohttp
 
 from stallwatch import USER_AGENT
-from stallwatch.common.exporter_config import ProbeEndpoint
+from stallwatch.common.exporter_config import TestRequestEndpoint
 from stallwatch.core.poll_plan import (
     TEST_PATHS,
     ModelsAnswer,
@@ -250,7 +250,7 @@ async def send_probe(
     base_url: str,
     *,
     model: str,
-    endpoint: ProbeEndpoint,
+    endpoint: TestRequestEndpoint,
     timeout: float,
 ) -> ProbeResult:
     """Send one `max_tokens: 1` request. Only ever called for a server with no work."""

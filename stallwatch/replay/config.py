@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from stallwatch.common.exporter_config import DEFAULT_PROBE_MIN_INTERVAL_SECONDS
+from stallwatch.common.exporter_config import DEFAULT_TEST_REQUEST_MIN_INTERVAL_SECONDS
 from stallwatch.common.restart_limits import DEFAULT_RESTART_AFTER
 
 # Which of the day's weight syncs the trainer takes a hold before.
@@ -78,7 +78,7 @@ class ReplayConfig:
     # The new way.
     exporter_interval: float = 15.0
     probe_timeout: float = 10.0
-    probe_min_interval: float = DEFAULT_PROBE_MIN_INTERVAL_SECONDS
+    probe_min_interval: float = DEFAULT_TEST_REQUEST_MIN_INTERVAL_SECONDS
     scrape_interval: float = 15.0
     evaluation_interval: float = 15.0
     group_wait: float = 5.0

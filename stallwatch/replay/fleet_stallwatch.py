@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from stallwatch.common.exporter_config import DEFAULT_PROBE_MIN_INTERVAL_SECONDS
+from stallwatch.common.exporter_config import DEFAULT_TEST_REQUEST_MIN_INTERVAL_SECONDS
 from stallwatch.common.restarter_config import (
     Breaker,
     CommandAction,
@@ -203,7 +203,7 @@ class FleetStallwatch:
         if hang is None and silence is None and self.plan.busy(server, now):
             self.proven_alive[server] = now
             return State.BUSY
-        if now - self.proven_alive[server] < DEFAULT_PROBE_MIN_INTERVAL_SECONDS:
+        if now - self.proven_alive[server] < DEFAULT_TEST_REQUEST_MIN_INTERVAL_SECONDS:
             return State.IDLE  # the idle test request is not due yet
         if hang is not None or silence is not None:
             return State.UNRESPONSIVE  # the test request fails

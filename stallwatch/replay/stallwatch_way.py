@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import assert_never
 
-from stallwatch.common.exporter_config import ProbeConfig, TargetConfig
+from stallwatch.common.exporter_config import IdleTestRequestConfig, TargetConfig
 from stallwatch.common.restart_limits import Budget
 from stallwatch.common.restarter_config import (
     CommandAction,
@@ -88,7 +88,7 @@ def exporter_target(config: ReplayConfig) -> TargetConfig:
         url="http://replayed-server:8000",
         kind="vllm",
         interval_seconds=config.exporter_interval,
-        probe=ProbeConfig(
+        test_request=IdleTestRequestConfig(
             timeout_seconds=config.probe_timeout, min_interval_seconds=config.probe_min_interval
         ),
     )

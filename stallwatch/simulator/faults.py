@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from stallwatch.simulator.api import ENGINE_DEAD_MESSAGE, RequestFailed
 
 if TYPE_CHECKING:
-    from stallwatch.simulator.server import SimServer
+    from stallwatch.simulator.host import FaultHost
 
 FAULTS = (
     "hang",
@@ -86,7 +86,7 @@ def parse_fault_body(body: object) -> Fault:
     return parse_fault(body["fault"], body)
 
 
-def inject(server: SimServer, fault: Fault) -> str:
+def inject(server: FaultHost, fault: Fault) -> str:
     """Do what `fault` does to `server`; returns a short description."""
     now = server.clock()
     if fault.name == "hang":

@@ -23,13 +23,13 @@ from stallwatch.simulator.api import (
 from stallwatch.simulator.engine import SimRequest
 
 if TYPE_CHECKING:
-    from stallwatch.simulator.server import SimServer
+    from stallwatch.simulator.host import OpenAiRouteHost
 
 
 class OpenAiRoutes:
     """`/v1/models`, `/v1/completions` and `/v1/chat/completions`, in vLLM's wire format."""
 
-    def __init__(self, server: SimServer) -> None:
+    def __init__(self, server: OpenAiRouteHost) -> None:
         self.server = server
         self._rng = random.Random(server.config.seed)
 

@@ -10,13 +10,13 @@ from stallwatch.simulator.api import VLLM_VERSION, error_response
 from stallwatch.simulator.metrics import CONTENT_TYPE
 
 if TYPE_CHECKING:
-    from stallwatch.simulator.server import SimServer
+    from stallwatch.simulator.host import VllmRouteHost
 
 
 class VllmRoutes:
     """The routes a vLLM 0.32 server has beside the OpenAI API (the simulator's default face)."""
 
-    def __init__(self, server: SimServer) -> None:
+    def __init__(self, server: VllmRouteHost) -> None:
         self.server = server
 
     def add_routes(self, router: web.UrlDispatcher) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -16,13 +17,15 @@ from aiohttp import web
 
 from stallwatch import USER_AGENT
 from stallwatch.common.cli import EXIT_USAGE
-from stallwatch.common.exporter_config import ProbeConfig, TargetConfig
+from stallwatch.common.config_files import load_exporter_config
+from stallwatch.common.exporter_config import IdleTestRequestConfig, TargetConfig
 from stallwatch.core.classify import State
+from stallwatch.exporter.app import reload_config, running_exporter
 from stallwatch.exporter.check_cli import EXIT_DOWN, EXIT_OK, EXIT_STUCK, EXIT_UNKNOWN, run_check
 from stallwatch.localstack.processes import free_port
 from stallwatch.simulator.load import run_load
 from stallwatch.simulator.testing import running_simulator
-from tests.component.exporter_support import wait_until
+from tests.support.exporter import wait_until
 
 
 def check_target(url: str, interval: float = 0.3) -> TargetConfig:
@@ -31,7 +34,7 @@ def check_target(url: str, interval: float = 0.3) -> TargetConfig:
         url=url,
         interval_seconds=interval,
         timeout_seconds=interval,
-        probe=ProbeConfig(timeout_seconds=0.5),
+        test_request=IdleTestRequestConfig(timeout_seconds=0.5),
     )
 
 
@@ -334,3 +337,36 @@ def test_config_check_flag_validates_and_exits(tmp_path: Path) -> None:
     completed = run_cli("exporter", "--config", str(bad), "--config.check")
     assert completed.returncode == 1
     assert f"{bad}: targets[0].kind" in completed.stderr
+
+
+def test_config_check_prints_the_old_test_request_key_warning(tmp_path: Path) -> None:
+    """--config.check prints the `probe:` deprecation with file and place; none for the new key."""
+    old = tmp_path / "old.yml"
+    old.write_text("targets:\n  - {name: a, url: 'http://127.0.0.1:8000', probe: {}}\n")
+    completed = run_cli("exporter", "--config", str(old), "--config.check")
+    assert completed.returncode == 0
+    assert f"warning: {old}: targets[0].probe: deprecated" in completed.stderr
+    new = tmp_path / "new.yml"
+    new.write_text("targets:\n  - {name: a, url: 'http://127.0.0.1:8000', test_request: {}}\n")
+    completed = run_cli("exporter", "--config", str(new), "--config.check")
+    assert completed.returncode == 0
+    assert "warning" not in completed.stderr
+
+
+async def test_a_reload_applies_the_old_test_request_key_and_logs_its_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A reload of a file with `probe:` applies it and logs the deprecation with file and place."""
+    path = tmp_path / "exporter.yml"
+    path.write_text("targets: []\n")
+    async with running_exporter(load_exporter_config(path), path, port=0) as (service, _url):
+        path.write_text(
+            "probe: {min_interval: 5m}\ntargets: [{name: a, url: 'http://127.0.0.1:9'}]\n"
+        )
+        with caplog.at_level(logging.WARNING, logger="stallwatch.exporter"):
+            assert await reload_config(service, path) is None
+        (target,) = service.config.targets
+        assert target.test_request.min_interval_seconds == 300.0
+    logged = [record.getMessage() for record in caplog.records]
+    expected = f"{path}: probe: deprecated (to be removed in 0.3): write test_request: instead"
+    assert any(message.startswith(expected) for message in logged), logged

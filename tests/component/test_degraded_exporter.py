@@ -21,7 +21,7 @@ from stallwatch.engines.profile import (
     THROUGHPUT_COLLAPSE,
 )
 from stallwatch.simulator.testing import SimHandle, running_simulator
-from tests.component.exporter_support import exporter_for, record_histories, scrape, target
+from tests.support.exporter import exporter_for, record_histories, scrape, target
 
 TIMEOUT = aiohttp.ClientTimeout(total=60)
 INTERVAL = 0.25

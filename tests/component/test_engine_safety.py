@@ -10,7 +10,7 @@ import aiohttp
 import pytest
 
 from stallwatch import USER_AGENT
-from stallwatch.common.exporter_config import ProbeConfig
+from stallwatch.common.exporter_config import IdleTestRequestConfig
 from stallwatch.core.classify import State
 from stallwatch.engines import PROFILES
 from stallwatch.exporter.check_cli import run_check
@@ -19,7 +19,7 @@ from stallwatch.simulator.engines import ENGINES
 from stallwatch.simulator.load import run_load
 from stallwatch.simulator.server import SimServer
 from stallwatch.simulator.testing import running_simulator
-from tests.component.exporter_support import (
+from tests.support.exporter import (
     exporter_for,
     history,
     record_histories,
@@ -31,7 +31,7 @@ from tests.component.exporter_support import (
 
 NAME = "engine"
 # A test request on every idle poll (no min_interval): the fix, not the schedule, must hold it.
-EVERY_POLL = ProbeConfig(timeout_seconds=0.5, min_interval_seconds=0.0)
+EVERY_POLL = IdleTestRequestConfig(timeout_seconds=0.5, min_interval_seconds=0.0)
 IDENTIFY = "GET /v1/models"
 FIRST_REQUEST = {"model": "tiny", "prompt": "the of and", "max_tokens": 2}
 
@@ -52,9 +52,9 @@ async def test_auto_mode_never_calls_an_endpoint_the_engine_marks_unsafe(engine:
         ):
             assert response.status == 200
         sim.server.requests_by_path.clear()
-        async with exporter_for(target(NAME, sim.url, probe=EVERY_POLL)) as (service, _):
+        async with exporter_for(target(NAME, sim.url, test_request=EVERY_POLL)) as (service, _):
             polls = await record_histories(service, NAME, until=lambda h: h.polls >= 4, timeout=20)
-        check = await run_check(target("check", sim.url, probe=EVERY_POLL))
+        check = await run_check(target("check", sim.url, test_request=EVERY_POLL))
         called = set(sim.server.requests_by_path)
     print(f"{engine}: {dict(sim.server.requests_by_path)}; check {check.as_json()['state']}")
     assert not called & _calls(profile.unsafe_endpoints), called
@@ -72,7 +72,7 @@ async def test_trtllm_going_from_idle_to_busy_with_gauges_at_zero_gets_no_test_r
 ) -> None:
     """Idle, then three long requests whose gauges stay 0: no test request, counter flat."""
     metrics_path = {"metrics_path": "/prometheus/metrics"} if kind == "trtllm" else {}
-    config = target(NAME, "", kind=kind, probe=EVERY_POLL, **metrics_path)
+    config = target(NAME, "", kind=kind, test_request=EVERY_POLL, **metrics_path)
     # 1 900 tokens at 20 tokens/s: no request completes while the test watches.
     async with running_simulator(engine="trtllm", max_num_seqs=4, tokens_per_second=20) as sim:
         watched = config.__class__(**{**config.__dict__, "url": sim.url})
@@ -90,7 +90,7 @@ async def test_trtllm_going_from_idle_to_busy_with_gauges_at_zero_gets_no_test_r
                 )
                 after = await scrape(url)
                 check = await run_check(
-                    target("check", sim.url, kind=kind, probe=EVERY_POLL, **metrics_path)
+                    target("check", sim.url, kind=kind, test_request=EVERY_POLL, **metrics_path)
                 )
                 payload = sim.server.flavour.render().body  # type: ignore[union-attr]
             finally:
@@ -148,7 +148,10 @@ async def test_a_vllm_engine_held_by_its_fault_tolerance_is_neither_stalled_nor_
         )
         try:
             await wait_until(lambda: sim.stats()["running"] == 2, what="two in flight")
-            async with exporter_for(target(NAME, sim.url, probe=EVERY_POLL)) as (service, url):
+            async with exporter_for(target(NAME, sim.url, test_request=EVERY_POLL)) as (
+                service,
+                url,
+            ):
                 await wait_for_state(service, NAME, State.BUSY)
                 sim.server.apply_fault("engine_fault", {})
                 start = history(service, NAME).polls

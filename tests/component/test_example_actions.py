@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from stallwatch.restarter.actions import run_argv
+from tests.component.docker_fake import fake_docker_engine
 from tests.component.test_restarter_actions import fake_docker, short_tmp_dir
-from tests.docker_fake import fake_docker_engine
-from tests.wedged import kill_group, start_wedged, wedged_argv
+from tests.component.wedged import kill_group, start_wedged, wedged_argv
 
 ACTIONS = Path(__file__).resolve().parents[2] / "examples" / "actions"
 

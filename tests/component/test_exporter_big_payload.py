@@ -10,12 +10,11 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from stallwatch.common.exporter_config import DEFAULT_MAX_PAYLOAD_BYTES, ProbeConfig
+from stallwatch.common.exporter_config import DEFAULT_MAX_PAYLOAD_BYTES, IdleTestRequestConfig
 from stallwatch.core.history import PollOutcome, TargetHistory
 from stallwatch.simulator.server import SimConfig
 from stallwatch.simulator.testing import running_simulator
-
-from .exporter_support import exporter_for, target
+from tests.support.exporter import exporter_for, target
 
 # 141 644 engine series of vLLM, one per `engine` label: about 8 MiB, under the default cap.
 HOSTILE_SERIES = 141_644
@@ -63,7 +62,7 @@ async def test_a_huge_payload_does_not_delay_a_healthy_target() -> None:
             kind="vllm",
             interval_seconds=HEALTHY_INTERVAL,
             timeout_seconds=HEALTHY_INTERVAL,
-            probe=ProbeConfig(enabled=False),
+            test_request=IdleTestRequestConfig(enabled=False),
         )
         hostile = target(
             "hostile",
@@ -71,7 +70,7 @@ async def test_a_huge_payload_does_not_delay_a_healthy_target() -> None:
             kind="vllm",
             interval_seconds=1.0,
             timeout_seconds=1.0,
-            probe=ProbeConfig(enabled=False),
+            test_request=IdleTestRequestConfig(enabled=False),
         )
         polled: dict[str, list[float]] = {"healthy": [], "hostile": []}
         loop = asyncio.get_running_loop()

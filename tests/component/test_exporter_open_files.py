@@ -60,7 +60,7 @@ async def test_idle_connections_beyond_the_open_files_limit_leave_polls_working(
     async with running_simulator() as sim:
         config.write_text(
             f"listen: 127.0.0.1:{port}\ninterval: 200ms\ntimeout: 200ms\n"
-            f"probe: {{enabled: false}}\ntargets:\n  - name: healthy\n    url: {sim.url}\n"
+            f"test_request: {{enabled: false}}\ntargets:\n  - name: healthy\n    url: {sim.url}\n"
         )
         process = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "stallwatch", "exporter", "--config", str(config),

@@ -15,7 +15,7 @@ import aiohttp
 from stallwatch import USER_AGENT
 from stallwatch.common.exporter_config import (
     ExporterConfig,
-    ProbeConfig,
+    IdleTestRequestConfig,
     exporter_config_from_mapping,
 )
 from stallwatch.core.classify import State
@@ -27,7 +27,7 @@ from stallwatch.exporter.service import ExporterService
 from stallwatch.simulator.load import run_load
 from stallwatch.simulator.proxy import running_proxy
 from stallwatch.simulator.testing import running_simulator
-from tests.component.exporter_support import (
+from tests.support.exporter import (
     FAST_INTERVAL,
     exporter_for,
     history,
@@ -138,7 +138,7 @@ async def test_idle_server_gets_at_most_one_test_request_per_poll() -> None:
         "",
         interval_seconds=0.5,
         timeout_seconds=0.5,
-        probe=ProbeConfig(timeout_seconds=5.0, min_interval_seconds=0),
+        test_request=IdleTestRequestConfig(timeout_seconds=5.0, min_interval_seconds=0),
     )
     async with (
         running_simulator() as sim,
@@ -288,9 +288,9 @@ class PollLog:
 async def test_an_idle_server_gets_one_test_request_per_min_interval() -> None:
     """Test requests to an idle server come min_interval apart; the polls between read idle."""
     min_interval = 1.0
-    probe = ProbeConfig(timeout_seconds=0.5, min_interval_seconds=min_interval)
+    probe = IdleTestRequestConfig(timeout_seconds=0.5, min_interval_seconds=min_interval)
     async with running_simulator() as sim:
-        async with exporter_for(target("gpu", sim.url, probe=probe)) as (service, _):
+        async with exporter_for(target("gpu", sim.url, test_request=probe)) as (service, _):
             log = PollLog(service, "gpu")
             await wait_until(lambda: len(log.probe_times()) >= 3, what="three test requests")
             log.stop()
@@ -317,7 +317,7 @@ async def test_the_demo_config_catches_a_hang_with_running_frozen_at_0() -> None
         "demo",
     )
     demo_target = config.targets[0]
-    assert demo_target.probe.min_interval_seconds > demo_target.interval_seconds
+    assert demo_target.test_request.min_interval_seconds > demo_target.interval_seconds
     async with running_simulator() as sim:
         gpu = dataclasses.replace(demo_target, url=sim.url)
         async with exporter_for(gpu) as (service, _):

@@ -16,7 +16,7 @@ import yaml
 from stallwatch.common.exporter_config import ExporterConfig
 from stallwatch.exporter.app import running_exporter
 from stallwatch.exporter.web_config import load_web_config
-from tests.component.exporter_support import target
+from tests.support.exporter import target
 
 PASSWORD = "scrape-me"
 

@@ -15,13 +15,13 @@ from typing import Any
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from stallwatch.common.exporter_config import ProbeConfig, TargetConfig
+from stallwatch.common.exporter_config import IdleTestRequestConfig, TargetConfig
 from stallwatch.core.classify import State
 from stallwatch.exporter.check_cli import EXIT_DOWN, EXIT_STUCK, run_check
 from stallwatch.restarter.confirm import confirm_stall
 from stallwatch.simulator.testing import running_simulator
-from tests.component.exporter_support import exporter_for, target, wait_for_state
-from tests.component.restarter_support import (
+from tests.support.exporter import exporter_for, target, wait_for_state
+from tests.support.restarter import (
     alert,
     fake_vllm,
     marker_argv,
@@ -102,7 +102,7 @@ def check_target(url: str) -> TargetConfig:
         url=url,
         interval_seconds=0.3,
         timeout_seconds=0.3,
-        probe=ProbeConfig(timeout_seconds=0.5),
+        test_request=IdleTestRequestConfig(timeout_seconds=0.5),
     )
 
 
@@ -172,7 +172,10 @@ async def test_the_simulator_api_hang_reads_hung_twice_and_recovers() -> None:
     recover it answers again."""
     async with (
         running_simulator() as sim,
-        exporter_for(target("sim", sim.url, probe=ProbeConfig(enabled=False))) as (service, url),
+        exporter_for(target("sim", sim.url, test_request=IdleTestRequestConfig(enabled=False))) as (
+            service,
+            url,
+        ),
     ):
         await wait_for_state(service, "sim", State.IDLE, polls=2)
         sim.apply_fault("api_hang")

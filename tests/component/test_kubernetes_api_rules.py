@@ -1,5 +1,5 @@
 """The restarter's Kubernetes calls against a fake that refuses what kube-apiserver v1.32
-refuses (tests/kube_fake.py): time formats, evictions under PodDisruptionBudgets, Lease and
+refuses (tests/support/kube_fake.py): time formats, evictions under PodDisruptionBudgets, Lease and
 Event validation, and Events listed the way `kubectl describe pod` lists them."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from stallwatch.common.kubernetes_config import KubernetesAction, KubernetesSett
 from stallwatch.restarter.kube.action import PodRestarter
 from stallwatch.restarter.kube.api import KubeApi
 from tests.component.test_restarter_kubernetes import SERVER_LABELS, fake_kube
-from tests.kube_fake import ADMIN_TOKEN, FakeKube, make_pod
+from tests.support.kube_fake import ADMIN_TOKEN, FakeKube, make_pod
 
 # 2026-11-30T00:53:20Z: a whole second, which isoformat() writes without a fraction.
 WHOLE_SECOND = 1_796_000_000.0

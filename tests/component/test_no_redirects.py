@@ -29,7 +29,7 @@ from stallwatch.net.fetch import (
 )
 from stallwatch.restarter.actions import ActionRunner
 from stallwatch.restarter.confirm import confirm_stall
-from tests.fixtures import real_payload
+from tests.support.real_payloads import real_payload
 
 PACKAGE = Path(__file__).resolve().parents[2] / "stallwatch"
 REQUEST_METHODS = {"get", "post", "put", "patch", "delete", "head", "options", "request"}
@@ -137,7 +137,9 @@ def state_of(body: str, target: str) -> str:
 async def probe_once(redirect: str) -> tuple[str, list[str]]:
     """One `/probe` of an allowed server whose `redirect` path redirects out of the list."""
     async with servers(redirect) as (allowed, sink):
-        modules = {"m": {"allow": [allowed.address], "interval": "1s", "probe": {"enabled": True}}}
+        modules = {
+            "m": {"allow": [allowed.address], "interval": "1s", "test_request": {"enabled": True}}
+        }
         config = exporter_config_from_mapping({"modules": modules}, "exporter.yml")
         async with (
             running_exporter(config, Path("exporter.yml"), port=0) as (_, url),

@@ -17,7 +17,7 @@ import pytest
 from stallwatch.cli import main
 from stallwatch.common.cli import JsonFormatter, record_fields
 from stallwatch.restarter.journal import Journal
-from tests.component.restarter_support import (
+from tests.support.restarter import (
     alert,
     fake_vllm,
     payload,

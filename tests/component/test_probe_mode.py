@@ -19,8 +19,7 @@ from stallwatch.exporter.app import running_exporter
 from stallwatch.exporter.service import ExporterService
 from stallwatch.simulator.server import SimConfig
 from stallwatch.simulator.testing import running_simulator
-
-from .exporter_support import target, wait_until
+from tests.support.exporter import target, wait_until
 
 
 def config(modules: dict[str, Any], **top: Any) -> ExporterConfig:
@@ -189,7 +188,7 @@ async def test_refused_probes_send_nothing(
     listener = await loop.create_server(ConnectionCounter, "127.0.0.1", 0)
     port = listener.sockets[0].getsockname()[1]
     try:
-        cfg = config({"m": {"allow": ["127.0.0.1:1"], "probe": {"enabled": True}}})
+        cfg = config({"m": {"allow": ["127.0.0.1:1"], "test_request": {"enabled": True}}})
         async with exporter(cfg) as (_service, url), aiohttp.ClientSession() as session:
             answer_status, text = await probe(session, url, target_of(port), module)
             async with session.get(f"{url}/metrics") as response:
@@ -246,7 +245,7 @@ async def test_the_test_request_goes_only_to_modules_that_enable_it(
                     "allow": ["127.0.0.1"],
                     "interval": "50ms",
                     "timeout": "50ms",
-                    "probe": {"enabled": enabled, "timeout": "1s"},
+                    "test_request": {"enabled": enabled, "timeout": "1s"},
                 }
             }
         )

@@ -97,7 +97,7 @@ async def test_a_read_still_waiting_for_its_test_request_is_cut_at_the_scrapes_e
     read is cut at 1.5 s with no verdict, counted, and the scrape is answered."""
     async with running_simulator() as sim:
         sim.apply_fault("hang")
-        cfg = config(kind="vllm", timeout="1s", probe={"enabled": True, "timeout": "30s"})
+        cfg = config(kind="vllm", timeout="1s", test_request={"enabled": True, "timeout": "30s"})
         async with exporter(cfg) as (service, url), aiohttp.ClientSession() as session:
             status, body = await get(session, url, sim.url, scrape_timeout="2")
             async with session.get(f"{url}/metrics") as response:
@@ -169,7 +169,7 @@ async def test_debug_stops_where_a_poll_would_send_the_test_request() -> None:
     would send, sends none (the server counts no request), and decides nothing."""
     async with (
         running_simulator() as sim,
-        exporter(config(probe={"enabled": True})) as (_service, url),
+        exporter(config(test_request={"enabled": True})) as (_service, url),
         aiohttp.ClientSession() as session,
     ):
         status, text = await get(session, url, sim.url, debug=True)

@@ -11,7 +11,7 @@ from typing import Any
 
 from stallwatch.cli import main
 from stallwatch.restarter.journal import Journal
-from tests.component.restarter_support import (
+from tests.support.restarter import (
     AUTH,
     alert,
     fake_vllm,

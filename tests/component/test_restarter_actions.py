@@ -23,7 +23,7 @@ from aiohttp.test_utils import TestServer
 
 from stallwatch.restarter.actions import run_argv
 from stallwatch.restarter.service import Restarter
-from tests.component.restarter_support import (
+from tests.support.restarter import (
     alert,
     fake_vllm,
     marker_argv,

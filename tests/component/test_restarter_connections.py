@@ -14,7 +14,7 @@ import pytest
 from stallwatch.localstack.processes import free_port
 from stallwatch.net import gate
 from stallwatch.restarter import app as restarter_app
-from tests.component.restarter_support import (
+from tests.support.restarter import (
     AUTH,
     alert,
     fake_vllm,

@@ -18,7 +18,7 @@ from stallwatch.core.policy import Decision
 from stallwatch.restarter import release
 from stallwatch.restarter.cli import run_control
 from stallwatch.restarter.journal import Journal
-from tests.component.restarter_support import (
+from tests.support.restarter import (
     AUTH,
     alert,
     fake_vllm,

@@ -16,7 +16,7 @@ from stallwatch.core.policy import Decision
 from stallwatch.restarter.journal import Journal
 from stallwatch.restarter.journal_reader import JournalError
 from stallwatch.restarter.service import ACTION_IN_PROGRESS, Restarter
-from tests.component.restarter_support import (
+from tests.support.restarter import (
     AUTH,
     alert,
     fake_vllm,

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from stallwatch.cli import main
-from tests.component.restarter_support import (
+from tests.support.restarter import (
     alert,
     fake_vllm,
     marker_argv,

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from stallwatch.common.restarter_config import DEFAULT_RESTART_ALERTS as RESTART_ALERTS
 from stallwatch.restarter.app import RESTARTER_KEY, Restarter, build_app
-from tests.component.restarter_support import (
+from tests.support.restarter import (
     METRICS_TEMPLATE,
     STARTS_AT,
     TOKEN,

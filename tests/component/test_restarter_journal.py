@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from stallwatch.cli import main
-from tests.component.restarter_support import (
+from tests.support.restarter import (
     alert,
     fake_vllm,
     marker_argv,

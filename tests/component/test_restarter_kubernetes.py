@@ -1,6 +1,6 @@
-"""The restarter against a protocol-level Kubernetes API (tests/kube_fake.py) through its real
-client library: allow-rules, evict/delete/rollout restart, LeaderWorkerSet groups, PDBs, RBAC,
-Events, and two replicas with one Lease."""
+"""The restarter against a protocol-level Kubernetes API (tests/support/kube_fake.py) through its
+real client library: allow-rules, evict/delete/rollout restart, LeaderWorkerSet groups, PDBs,
+RBAC, Events, and two replicas with one Lease."""
 
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ from stallwatch.restarter.kube.action import PodRestarter
 from stallwatch.restarter.kube.api import ApiException, KubeApi
 from stallwatch.restarter.service import Restarter
 from stallwatch.simulator.testing import SimHandle, running_simulator
-from tests.component.restarter_support import AUTH, STARTS_AT, TOKEN, payload, settle
-from tests.kube_fake import LWS_GROUP, LWS_NAME, LWS_WORKER, FakeKube, granted, make_pod
+from tests.support.kube_fake import LWS_GROUP, LWS_NAME, LWS_WORKER, FakeKube, granted, make_pod
+from tests.support.restarter import AUTH, STARTS_AT, TOKEN, payload, settle
 
 RBAC = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes" / "restarter" / "rbac.yaml"
 SERVER_LABELS = {"app.kubernetes.io/name": "vllm"}

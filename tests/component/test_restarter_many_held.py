@@ -15,7 +15,7 @@ from typing import Any
 from aiohttp.test_utils import TestClient, TestServer
 
 from stallwatch.restarter.app import RESTARTER_KEY, build_app
-from tests.component.restarter_support import (
+from tests.support.restarter import (
     AUTH,
     alert,
     marker_argv,

@@ -16,7 +16,7 @@ from aiohttp.test_utils import TestServer
 
 from stallwatch.localstack.processes import free_port
 from stallwatch.simulator.testing import running_simulator
-from tests.component.restarter_support import AUTH, write_config
+from tests.support.restarter import AUTH, write_config
 
 
 def run_restarter_cli(*args: str) -> subprocess.CompletedProcess[str]:

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from stallwatch.simulator.testing import running_simulator
-from tests.component.restarter_support import settle
 from tests.component.test_restarter_kubernetes import (
     SERVER_LABELS,
     Clock,
@@ -25,7 +24,8 @@ from tests.component.test_restarter_kubernetes import (
     sim_port,
     write_config,
 )
-from tests.kube_fake import make_pod
+from tests.support.kube_fake import make_pod
+from tests.support.restarter import settle
 
 BAD_PODS = [".", "..", "vllm-0/eviction", "VLLM-0", "-vllm", "vllm-", "a..b", "x" * 254, "%2e%2e"]
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from stallwatch.core.policy import SKIP_REASONS
 from stallwatch.restarter.metrics import RESULTS
-from tests.component.restarter_support import (
+from tests.support.restarter import (
     AUTH,
     alert,
     fake_vllm,

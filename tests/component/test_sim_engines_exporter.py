@@ -10,7 +10,7 @@ import pytest
 from stallwatch.core.classify import State
 from stallwatch.exporter.check_cli import EXIT_STUCK, run_check
 from stallwatch.simulator.testing import running_simulator
-from tests.component.exporter_support import exporter_for, record_histories, target
+from tests.support.exporter import exporter_for, record_histories, target
 
 NAME = "llama"
 SLOTS = 4

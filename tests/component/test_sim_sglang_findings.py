@@ -14,7 +14,7 @@ from stallwatch.core.classify import State
 from stallwatch.core.history import TargetHistory
 from stallwatch.simulator.config import SimConfig
 from stallwatch.simulator.testing import SimHandle, read_metrics, running_simulator
-from tests.component.exporter_support import exporter_for, record_histories, target
+from tests.support.exporter import exporter_for, record_histories, target
 
 NAME = "sglang"
 # Like the real tier's server: 4 slots, 16-token prefill chunks, and the pass counter already

@@ -8,7 +8,7 @@ import pytest
 from stallwatch import USER_AGENT
 from stallwatch.core.classify import State
 from stallwatch.simulator.testing import running_simulator
-from tests.component.exporter_support import exporter_for, record_histories, target
+from tests.support.exporter import exporter_for, record_histories, target
 
 NAME = "tgi"
 

@@ -1,5 +1,5 @@
 """Every action ends a wedged server that ignores SIGTERM within the bound it states, and the
-journal says when the kill escalated: a real process that traps SIGTERM (tests/wedged.py)
+journal says when the kill escalated: a real process that traps SIGTERM (tests/component/wedged.py)
 behind the command action, a Docker Engine API, an http receiver and the demo's supervisor;
 systemd's tools as stand-ins, and the grace period a Kubernetes API is sent."""
 
@@ -26,7 +26,19 @@ from stallwatch.localstack.processes import ManagedProcess, free_port
 from stallwatch.restarter.kube.action import PodRestarter
 from stallwatch.restarter.kube.api import KubeApi
 from stallwatch.restarter.service import Restarter
-from tests.component.restarter_support import (
+from tests.component.docker_fake import fake_docker_engine
+from tests.component.test_example_actions import ACTIONS
+from tests.component.test_restarter_actions import fake_docker, short_tmp_dir
+from tests.component.test_restarter_kubernetes import fake_kube
+from tests.component.wedged import (
+    group_alive,
+    kill_group,
+    start_wedged,
+    wait_listening,
+    wedged_argv,
+)
+from tests.support.kube_fake import make_pod
+from tests.support.restarter import (
     alert,
     fake_vllm,
     payload,
@@ -36,12 +48,6 @@ from tests.component.restarter_support import (
     target_entry,
     write_config,
 )
-from tests.component.test_example_actions import ACTIONS
-from tests.component.test_restarter_actions import fake_docker, short_tmp_dir
-from tests.component.test_restarter_kubernetes import fake_kube
-from tests.docker_fake import fake_docker_engine
-from tests.kube_fake import make_pod
-from tests.wedged import group_alive, kill_group, start_wedged, wait_listening, wedged_argv
 
 
 def action_result(restarter: Restarter) -> dict[str, Any]:

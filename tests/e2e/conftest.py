@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from .harness import AlertingStack, running_stack
+from tests.support.alerting_stack import AlertingStack, running_stack
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -24,8 +24,7 @@ from stallwatch.common.exporter_config import ExporterConfig, exporter_config_fr
 from stallwatch.exporter.app import running_exporter
 from stallwatch.exporter.service import ExporterService
 from stallwatch.localstack.processes import find_binary, free_port, http_get, wait_until_ready
-
-from .harness import WEBHOOK_PATH, AlertingStack, RecordingReceiver
+from tests.support.alerting_stack import WEBHOOK_PATH, AlertingStack, RecordingReceiver
 
 PROBE_JOB = "stallwatch-exporter-probe"
 SHARD_JOBS = ("stallwatch-exporter-probe-shard-0", "stallwatch-exporter-probe-shard-1")
@@ -139,11 +138,11 @@ def write_sd(path: Path, addresses: Iterable[str]) -> None:
     temporary.replace(path)
 
 
-def fleet_config(port: int, *, probe: dict[str, Any] | None = None) -> ExporterConfig:
+def fleet_config(port: int, *, test_request: dict[str, Any] | None = None) -> ExporterConfig:
     """An exporter with only a module, allowed to read loopback, at the stack's 1 s interval."""
     module: dict[str, Any] = {"allow": ["127.0.0.1"], "interval": "1s", "timeout": "500ms"}
-    if probe is not None:
-        module["probe"] = probe
+    if test_request is not None:
+        module["test_request"] = test_request
     return exporter_config_from_mapping(
         {"listen": f"127.0.0.1:{port}", "modules": {MODULE: module}}, "exporter.yml"
     )
@@ -151,10 +150,10 @@ def fleet_config(port: int, *, probe: dict[str, Any] | None = None) -> ExporterC
 
 @contextlib.asynccontextmanager
 async def fleet_exporter(
-    port: int, *, probe: dict[str, Any] | None = None
+    port: int, *, test_request: dict[str, Any] | None = None
 ) -> AsyncIterator[ExporterService]:
     """The real exporter, in this event loop, with the module, on `port`."""
-    config = fleet_config(port, probe=probe)
+    config = fleet_config(port, test_request=test_request)
     async with running_exporter(config, Path("exporter.yml"), port=port) as (service, _url):
         yield service
 

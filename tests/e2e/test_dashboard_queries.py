@@ -38,9 +38,8 @@ from stallwatch.exporter.app import running_exporter
 from stallwatch.restarter.app import build_app
 from stallwatch.simulator.load import run_load
 from stallwatch.simulator.testing import engine_sample, read_metrics, running_simulator
-from tests.component.exporter_support import target as exporter_target
-
-from .harness import AlertingStack
+from tests.support.alerting_stack import AlertingStack
+from tests.support.exporter import target as exporter_target
 
 pytestmark = pytest.mark.e2e
 

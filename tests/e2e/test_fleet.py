@@ -23,6 +23,8 @@ from stallwatch import USER_AGENT
 from stallwatch.simulator.load import run_load
 from stallwatch.simulator.server import SimConfig
 from stallwatch.simulator.testing import running_simulator
+from tests.support.alerting_stack import poll, running_stack
+from tests.support.pipeline import TIMEOUT, restarter_process
 
 from .fleet_support import (
     PROBE_JOB,
@@ -32,8 +34,6 @@ from .fleet_support import (
     wait_gone,
     write_sd,
 )
-from .harness import poll, running_stack
-from .pipeline_support import TIMEOUT, restarter_process
 from .test_pipeline_restarter import RESTART_SCRIPT, SIM_ARGS, Simulator, loaded, rows, simulator
 
 pytestmark = pytest.mark.e2e
@@ -170,10 +170,10 @@ async def test_an_ha_pair_reads_each_server_as_one_prometheus(fleet_stack: Fleet
     test requests and the stuck count grow at one per interval, as with one Prometheus."""
     stack = fleet_stack
     window = 8.0
-    probe = {"enabled": True, "min_interval": "2s", "timeout": "1s"}
+    test_request = {"enabled": True, "min_interval": "2s", "timeout": "1s"}
     async with (
         running_simulator(SimConfig()) as idle,
-        fleet_exporter(stack.exporter_port, probe=probe) as service,
+        fleet_exporter(stack.exporter_port, test_request=test_request) as service,
     ):
         server = address(idle.url)
         write_sd(stack.sd_file, [server])

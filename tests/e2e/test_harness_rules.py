@@ -26,8 +26,7 @@ from stallwatch.localstack.rewrite import (
     rewrite_prometheus_config,
     rewrite_rule_files,
 )
-
-from .harness import AlertingStack
+from tests.support.alerting_stack import AlertingStack
 
 REPO = Path(__file__).resolve().parents[2]
 

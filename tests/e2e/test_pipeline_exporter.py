@@ -27,10 +27,9 @@ from stallwatch.core.classify import State
 from stallwatch.simulator.config import SimConfig
 from stallwatch.simulator.load import LoadSummary, run_load
 from stallwatch.simulator.testing import SimHandle, running_simulator
-from tests.component.exporter_support import history, wait_for_state, wait_until
-
-from .harness import AlertingStack, poll
-from .pipeline_support import (
+from tests.support.alerting_stack import AlertingStack, poll
+from tests.support.exporter import history, wait_for_state, wait_until
+from tests.support.pipeline import (
     POLL_INTERVAL,
     TIMEOUT,
     exporter_on_stack,

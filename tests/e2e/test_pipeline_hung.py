@@ -17,10 +17,9 @@ import aiohttp
 import pytest
 
 from stallwatch.core.classify import State
-from tests.component.exporter_support import history, wait_for_state, wait_until
-
-from .harness import poll
-from .pipeline_support import (
+from tests.support.alerting_stack import poll
+from tests.support.exporter import history, wait_for_state, wait_until
+from tests.support.pipeline import (
     TIMEOUT,
     exporter_on_stack,
     rules_evaluated_after,
@@ -28,6 +27,7 @@ from .pipeline_support import (
     target,
     unique,
 )
+
 from .test_pipeline_restarter import (
     HTTP,
     SIM_ARGS,

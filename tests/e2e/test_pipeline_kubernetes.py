@@ -19,12 +19,12 @@ import aiohttp
 import pytest
 
 from stallwatch.core.classify import State
-from tests.component.exporter_support import wait_for_state
 from tests.component.test_restarter_kubernetes import SERVER_LABELS, fake_kube
-from tests.kube_fake import make_pod
+from tests.support.alerting_stack import poll
+from tests.support.exporter import wait_for_state
+from tests.support.kube_fake import make_pod
+from tests.support.pipeline import TIMEOUT, exporter_on_stack, restarter_process, target, unique
 
-from .harness import poll
-from .pipeline_support import TIMEOUT, exporter_on_stack, restarter_process, target, unique
 from .test_pipeline_restarter import (
     HTTP,
     RestarterStack,

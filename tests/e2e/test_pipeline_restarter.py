@@ -36,10 +36,15 @@ from stallwatch.core.classify import State
 from stallwatch.exporter.service import ExporterService
 from stallwatch.simulator.load import LoadSummary, run_load
 from stallwatch.simulator.testing import SimProcess, start_simulator_process
-from tests.component.exporter_support import history, wait_for_state, wait_until
-
-from .harness import WEBHOOK_PATH, AlertingStack, RecordingReceiver, poll, running_stack
-from .pipeline_support import (
+from tests.support.alerting_stack import (
+    WEBHOOK_PATH,
+    AlertingStack,
+    RecordingReceiver,
+    poll,
+    running_stack,
+)
+from tests.support.exporter import history, wait_for_state, wait_until
+from tests.support.pipeline import (
     TIMEOUT,
     Restarter,
     exporter_on_stack,

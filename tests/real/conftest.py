@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.real.vllm_server import SETUP_SCRIPT, RealVllmFactory, RealVllmServer
-from tests.real_environment import ensure_environment
+from tests.support.real_environment import ensure_environment
 
 REAL_DIR = Path(__file__).resolve().parent
 SETUP_TIMEOUT_S = 3600

@@ -1,6 +1,6 @@
 """Helpers for the scenarios on a real vLLM server: the exporter's targets, load, counters.
 
-The exporter runs in the test's event loop (see tests/component/exporter_support.py) and polls
+The exporter runs in the test's event loop (see tests/support/exporter.py) and polls
 the real server about once a second, as a production exporter would every 15 s.
 """
 
@@ -15,19 +15,19 @@ from typing import Any
 
 import aiohttp
 
-from stallwatch.common.exporter_config import ProbeConfig, TargetConfig
+from stallwatch.common.exporter_config import IdleTestRequestConfig, TargetConfig
 from stallwatch.core.classify import State
 from stallwatch.core.history import TargetHistory
 from stallwatch.core.reading import Reading
 from stallwatch.exporter.service import ExporterService
-from tests.component.exporter_support import record_histories
 from tests.real.vllm_server import complete, fetch_metrics, metric_samples, metric_sum, word_prompt
+from tests.support.exporter import record_histories
 
 REAL_INTERVAL = 1.0
 # A real server's /metrics answers in milliseconds even with a hung engine core; the test
 # request of an idle CPU server takes tens of milliseconds. Both get room for a busy machine.
 REAL_TIMEOUT = 1.0
-REAL_PROBE_TIMEOUT = 10.0
+REAL_TEST_REQUEST_TIMEOUT = 10.0
 COMPLETIONS_HANDLER = "/v1/completions"
 LONG_GENERATION_TOKENS = 1500
 CONCURRENT_GENERATIONS = 4
@@ -43,7 +43,7 @@ def real_target(
         url=url,
         interval_seconds=interval,
         timeout_seconds=min(REAL_TIMEOUT if timeout is None else timeout, interval),
-        probe=ProbeConfig(timeout_seconds=REAL_PROBE_TIMEOUT),
+        test_request=IdleTestRequestConfig(timeout_seconds=REAL_TEST_REQUEST_TIMEOUT),
     )
 
 

@@ -12,7 +12,6 @@ from stallwatch.common.exporter_config import DegradedConfig
 from stallwatch.core.classify import State
 from stallwatch.core.history import STALL_STATES
 from stallwatch.engines.profile import PREEMPTION_STORM
-from tests.component.exporter_support import exporter_for, record_histories, scrape
 from tests.real.scenario_support import (
     cancel_all,
     http_session,
@@ -26,6 +25,7 @@ from tests.real.vllm_server import (
     metric_sum,
     word_prompt,
 )
+from tests.support.exporter import exporter_for, record_histories, scrape
 
 NAME = "real-preempt"
 # Four KV blocks hold a few hundred tokens (eight held under 900 by vLLM's own estimate at

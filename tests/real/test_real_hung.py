@@ -26,13 +26,6 @@ from stallwatch.core.classify import State
 from stallwatch.core.history import PollOutcome, TargetHistory
 from stallwatch.exporter.check_cli import EXIT_STUCK, run_check
 from stallwatch.exporter.service import ExporterService
-from tests.component.exporter_support import (
-    exporter_for,
-    history,
-    scrape,
-    wait_for_state,
-    wait_until,
-)
 from tests.real.scenario_support import (
     CONCURRENT_GENERATIONS,
     LONG_GENERATION_TOKENS,
@@ -61,6 +54,13 @@ from tests.real.vllm_server import (
     process_title,
     process_tree,
     word_prompt,
+)
+from tests.support.exporter import (
+    exporter_for,
+    history,
+    scrape,
+    wait_for_state,
+    wait_until,
 )
 
 __all__ = ["pipeline_stack"]  # the module-scoped stack fixture, used by name

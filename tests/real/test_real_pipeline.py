@@ -36,9 +36,6 @@ from stallwatch.exporter.service import ExporterService
 from stallwatch.localstack.processes import free_port
 from stallwatch.localstack.rewrite import ScrapeTargets, Webhook
 from stallwatch.localstack.stack import LocalStack
-from tests.component.exporter_support import history, wait_for_state, wait_until
-from tests.e2e.harness import running_stack
-from tests.e2e.pipeline_support import Restarter, restarter_process
 from tests.real.scenario_support import (
     CONCURRENT_GENERATIONS,
     cancel_all,
@@ -48,6 +45,9 @@ from tests.real.scenario_support import (
     wait_for_running,
 )
 from tests.real.vllm_server import RealVllmServer
+from tests.support.alerting_stack import running_stack
+from tests.support.exporter import history, wait_for_state, wait_until
+from tests.support.pipeline import Restarter, restarter_process
 
 NAME = "real-vllm"
 HTTP = aiohttp.ClientTimeout(total=5)

@@ -15,7 +15,6 @@ from stallwatch.core.classify import State
 from stallwatch.exporter.check_cli import EXIT_OK, EXIT_STUCK, run_check
 from stallwatch.simulator.config import SimConfig
 from stallwatch.simulator.testing import running_simulator
-from tests.component.exporter_support import exporter_for, history, scrape, wait_for_state
 from tests.real.scenario_support import (
     CONCURRENT_GENERATIONS,
     REAL_INTERVAL,
@@ -43,6 +42,7 @@ from tests.real.vllm_server import (
     has_metric,
     word_prompt,
 )
+from tests.support.exporter import exporter_for, history, scrape, wait_for_state
 
 # Long enough to prefill for several polls at an interval of four times its slowest KV block,
 # on an idle fast machine as on a loaded one (the session server's max-model-len is 32 768).

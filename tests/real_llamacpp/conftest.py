@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.real_environment import ensure_environment, load_setup_script
 from tests.real_llamacpp.llamacpp_server import SETUP_SCRIPT, RealLlamaServer
+from tests.support.real_environment import ensure_environment, load_setup_script
 
 TIER_DIR = Path(__file__).resolve().parent
 SETUP_TIMEOUT_S = 900

@@ -17,13 +17,13 @@ from typing import Any
 import aiohttp
 import pytest
 
-from stallwatch.common.exporter_config import ProbeConfig, TargetConfig
+from stallwatch.common.exporter_config import IdleTestRequestConfig, TargetConfig
 from stallwatch.core.classify import State
 from stallwatch.exporter.check_cli import EXIT_STUCK, run_check
 from stallwatch.simulator.config import SimConfig
 from stallwatch.simulator.testing import running_simulator
-from tests.component.exporter_support import exporter_for, history, record_histories
 from tests.real_llamacpp.llamacpp_server import RealLlamaServer, complete
+from tests.support.exporter import exporter_for, history, record_histories
 
 NAME = "llama"
 INTERVAL = 1.0
@@ -50,7 +50,7 @@ def llama_target(name: str, url: str) -> TargetConfig:
         url=url,
         interval_seconds=INTERVAL,
         timeout_seconds=INTERVAL,
-        probe=ProbeConfig(timeout_seconds=10.0),
+        test_request=IdleTestRequestConfig(timeout_seconds=10.0),
     )
 
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from tests.real_environment import ensure_environment, load_setup_script
 from tests.real_sglang.sglang_server import SETUP_SCRIPT, RealSglangServer, wait_until_quiet
+from tests.support.real_environment import ensure_environment, load_setup_script
 
 TIER_DIR = Path(__file__).resolve().parent
 # The module-scoped servers, which one case hands on to the next.

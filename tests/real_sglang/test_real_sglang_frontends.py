@@ -18,7 +18,6 @@ import pytest
 
 from stallwatch.core.classify import State
 from stallwatch.exporter.check_cli import EXIT_STUCK, run_check
-from tests.component.exporter_support import exporter_for, history, record_histories
 from tests.real_sglang.sglang_server import (
     RUST_FRONTEND,
     SLEEP_ON_IDLE,
@@ -37,6 +36,7 @@ from tests.real_sglang.test_real_sglang_scenarios import (
     states,
     wait_for_decoding,
 )
+from tests.support.exporter import exporter_for, history, record_histories
 
 # Without an in-flight count, an idle test request's own passes are told from work by the idle
 # loop's counter having moved since; it is flushed at most once a second, so the reads of the

@@ -16,13 +16,12 @@ from typing import Any
 import aiohttp
 import pytest
 
-from stallwatch.common.exporter_config import ProbeConfig, TargetConfig
+from stallwatch.common.exporter_config import IdleTestRequestConfig, TargetConfig
 from stallwatch.core.classify import State, still_loading
 from stallwatch.core.history import PollOutcome, TargetHistory
 from stallwatch.exporter.check_cli import EXIT_STUCK, run_check
 from stallwatch.exporter.poll import poll_once
 from stallwatch.net.fetch import DEFAULT_MAX_BYTES
-from tests.component.exporter_support import exporter_for, history, record_histories
 from tests.real_sglang.sglang_server import (
     START_TIMEOUT_S,
     RealSglangServer,
@@ -30,6 +29,7 @@ from tests.real_sglang.sglang_server import (
     metrics_text,
     total,
 )
+from tests.support.exporter import exporter_for, history, record_histories
 
 NAME = "sglang"
 INTERVAL = 1.0
@@ -56,7 +56,7 @@ def sglang_target(url: str, name: str = NAME, interval: float = INTERVAL) -> Tar
         url=url,
         interval_seconds=interval,
         timeout_seconds=INTERVAL,
-        probe=ProbeConfig(timeout_seconds=10.0),
+        test_request=IdleTestRequestConfig(timeout_seconds=10.0),
     )
 
 

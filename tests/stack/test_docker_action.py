@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.component.restarter_support import (
+from tests.support.restarter import (
     alert,
     fake_vllm,
     payload,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from stallwatch.core.classify import State, Verdict, classify
 from stallwatch.core.reading import Reading, parse_reading
-from tests.fixtures import REPO_ROOT
+from tests.support.real_payloads import REPO_ROOT
 
 ENGINES = REPO_ROOT / "tests" / "testdata" / "engines"
 

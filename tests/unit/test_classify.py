@@ -9,7 +9,7 @@ import pytest
 
 from stallwatch.core.classify import State, classify, down, restart_evidence, with_probe_result
 from stallwatch.core.reading import Reading, parse_reading
-from tests.fixtures import real_payload
+from tests.support.real_payloads import real_payload
 
 IDLE = "vllm-0.32.0-cpu-idle-1.txt"
 BUSY_1 = "vllm-0.32.0-cpu-busy-1.txt"

@@ -24,7 +24,7 @@ targets:
   - url: http://127.0.0.1:8002
   - name: gpu1
     url: http://127.0.0.1:8003
-    probe: {enabled: maybe}
+    test_request: {enabled: maybe}
 modules:
   vllm:
     allow: []
@@ -34,14 +34,14 @@ EXPORTER_ERRORS = [
     (
         "colour",
         "unknown key (known keys: degraded, interval, listen, max_payload_bytes, modules, probe, "
-        "targets, timeout)",
+        "targets, test_request, timeout)",
     ),
     ("listen", "expected host:port, e.g. 127.0.0.1:9732, got 'localhost'"),
     ("interval", "expected a duration like 15s, 10m or 1h, got '15 seconds'"),
     ("targets[0].url", "'http://127.0.0.1:8000/metrics' points into /metrics"),
     ("targets[1].timeout", "must not be longer than the interval"),
     ("targets[2].name", "is required"),
-    ("targets[3].probe.enabled", "expected true or false, got 'maybe'"),
+    ("targets[3].test_request.enabled", "expected true or false, got 'maybe'"),
     ("targets[3].name", "duplicate target name 'gpu1'"),
     ("modules.vllm.allow", "required: the hosts or networks /probe may read"),
 ]

@@ -6,7 +6,7 @@ import pytest
 
 from stallwatch.core.classify import State, classify
 from stallwatch.engines import profile_for
-from tests.fixtures import real_payload
+from tests.support.real_payloads import real_payload
 from tests.unit.engine_support import Case, check, payload, read, set_sample
 
 IDLE = payload("llamacpp-b10434-idle.txt")

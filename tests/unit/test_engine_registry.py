@@ -6,7 +6,7 @@ import pytest
 
 from stallwatch.core.reading import parse_reading
 from stallwatch.engines import ENGINE_KINDS, OLLAMA, PROFILES, TARGET_KINDS
-from tests.fixtures import real_payload
+from tests.support.real_payloads import real_payload
 from tests.unit.engine_support import payload
 
 SAMPLES = [

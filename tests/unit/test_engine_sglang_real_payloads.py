@@ -7,7 +7,7 @@ import pytest
 
 from stallwatch.core.classify import State, Verdict, classify
 from stallwatch.core.reading import parse_reading
-from tests.fixtures import real_payload
+from tests.support.real_payloads import real_payload
 
 GAP = 3.0
 

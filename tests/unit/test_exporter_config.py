@@ -37,17 +37,23 @@ INVALID: dict[str, str] = {
     "number-key": (
         "targets[0].labels: line 5: key 1 is not a string (quote it if it is meant as one)"
     ),
-    "probe-endpoint": "targets[0].probe.endpoint: expected one of completions, chat, got 'grpc'",
-    "probe-min-interval": (
-        "targets[0].probe.min_interval: expected a duration like 15s, 10m or 1h, got '-1m'"
+    "test-request-endpoint": (
+        "targets[0].test_request.endpoint: expected one of completions, chat, got 'grpc'"
     ),
-    "probe-timeout-zero": "probe.timeout: must be at least 100ms, got 0s",
+    "test-request-min-interval": (
+        "targets[0].test_request.min_interval: expected a duration like 15s, 10m or 1h, got '-1m'"
+    ),
+    "test-request-timeout-zero": "test_request.timeout: must be at least 100ms, got 0s",
+    "test-request-twice": (
+        "targets[0].probe: the old name of targets[0].test_request, given beside it: "
+        "keep test_request only"
+    ),
     "timeout-nan": "targets[0].timeout: expected a duration like 15s, 10m or 1h, got nan",
     "timeout-over-interval": "targets[0].timeout: must not be longer than the interval",
     "top-level-list": "expected a mapping at the top level, got list",
     "unknown-key": (
         "targets[0].intervl: unknown key (known keys: degraded, interval, kind, labels, "
-        "metrics_path, name, probe, timeout, url)"
+        "metrics_path, name, probe, test_request, timeout, url)"
     ),
     "degraded-factor": (
         "targets[0].degraded.collapse_factor: must be above 0 and at most 1, got 1.5"
@@ -92,8 +98,10 @@ def test_invalid_config_is_refused_with_its_exact_message(name: str, message: st
 
 @pytest.mark.parametrize("path", sorted(TESTDATA.glob("valid-exporter-*.yml")), ids=str)
 def test_valid_files_load(path: Path) -> None:
-    """Every valid-exporter-*.yml loads."""
-    assert load_exporter_config(path).targets
+    """Every valid-exporter-*.yml loads, with nothing deprecated in it."""
+    config = load_exporter_config(path)
+    assert config.targets
+    assert config.warnings == ()
 
 
 def test_full_valid_file_reads_every_field() -> None:
@@ -103,12 +111,12 @@ def test_full_valid_file_reads_every_field() -> None:
     assert config.max_payload_bytes == 1_048_576
     gpu_a, gpu_b, gateway = config.targets
     assert (gpu_a.interval_seconds, gpu_a.timeout_seconds) == (90.0, 0.5)
-    assert (gpu_a.probe.endpoint, gpu_a.probe.timeout_seconds) == ("chat", 10.0)
-    assert gpu_a.probe.min_interval_seconds == 120.0
-    assert gpu_b.probe.min_interval_seconds == 0.0  # zero: a test request on every idle poll
+    assert (gpu_a.test_request.endpoint, gpu_a.test_request.timeout_seconds) == ("chat", 10.0)
+    assert gpu_a.test_request.min_interval_seconds == 120.0
+    assert gpu_b.test_request.min_interval_seconds == 0.0  # zero: a test request on every idle poll
     assert (gpu_b.interval_seconds, gpu_b.timeout_seconds) == (0.05, 0.05)
-    assert gpu_b.probe.enabled is False
-    assert gpu_b.probe.model == "tiny"
+    assert gpu_b.test_request.enabled is False
+    assert gpu_b.test_request.model == "tiny"
     assert gpu_b.metrics_url == "https://gpu-b.example:8443/custom/metrics"
     assert gateway.kind == "proxy"
     assert gateway.interval_seconds == 7 * 86400
@@ -136,15 +144,16 @@ def test_degraded_thresholds_are_read_with_top_level_defaults() -> None:
 
 
 def test_example_config_is_valid() -> None:
-    """The shipped example loads, with defaults filled in per target."""
+    """The shipped example loads, with defaults filled in per target and nothing deprecated."""
     config = load_exporter_config(REPO / "examples" / "exporter.yml")
+    assert config.warnings == ()
     assert [t.name for t in config.targets] == ["gpu-a", "gpu-b", "gateway"]
     gpu_a, gpu_b, gateway = config.targets
     assert gpu_a.interval_seconds == 15.0
     assert gpu_b.interval_seconds == 10.0
-    assert gpu_b.probe.model == "tiny"
-    assert gpu_a.probe.timeout_seconds == 10.0
-    assert gpu_a.probe.min_interval_seconds == 60.0
+    assert gpu_b.test_request.model == "tiny"
+    assert gpu_a.test_request.timeout_seconds == 10.0
+    assert gpu_a.test_request.min_interval_seconds == 60.0
     assert gateway.kind == "proxy"
     assert dict(gpu_a.labels) == {"host": "gpu-a"}
     assert gpu_a.metrics_url == "http://127.0.0.1:8000/metrics"
@@ -152,8 +161,10 @@ def test_example_config_is_valid() -> None:
 
 @pytest.mark.parametrize("name", ["exporter-sim.yml", "exporter-vllm.yml"])
 def test_deploy_configs_are_valid(name: str) -> None:
-    """The compose stack's exporter configs load."""
-    assert load_exporter_config(REPO / "deploy" / name).targets
+    """The compose stack's exporter configs load, with nothing deprecated in them."""
+    config = load_exporter_config(REPO / "deploy" / name)
+    assert config.targets
+    assert config.warnings == ()
 
 
 def test_missing_file_is_a_config_error(tmp_path: Path) -> None:

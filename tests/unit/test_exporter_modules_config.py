@@ -23,7 +23,7 @@ def test_a_module_takes_the_target_settings_and_defaults() -> None:
     config = exporter_config_from_mapping(
         {
             "interval": "30s",
-            "probe": {"enabled": True, "min_interval": "2m"},
+            "test_request": {"enabled": True, "min_interval": "2m"},
             "modules": {
                 "vllm": {"allow": ["10.0.0.0/8"]},
                 "trt": {
@@ -32,7 +32,7 @@ def test_a_module_takes_the_target_settings_and_defaults() -> None:
                     "interval": "15s",
                     "timeout": "3s",
                     "forget_after": "1h",
-                    "probe": {"enabled": True, "endpoint": "chat"},
+                    "test_request": {"enabled": True, "endpoint": "chat"},
                 },
             },
         },
@@ -41,13 +41,13 @@ def test_a_module_takes_the_target_settings_and_defaults() -> None:
     vllm, trt = config.modules["vllm"], config.modules["trt"]
     assert vllm.interval_seconds == 30.0
     assert vllm.timeout_seconds == 5.0
-    assert vllm.probe.enabled is False  # never inherited: /probe opts in per module
-    assert vllm.probe.min_interval_seconds == 120.0
+    assert vllm.test_request.enabled is False  # never inherited: /probe opts in per module
+    assert vllm.test_request.min_interval_seconds == 120.0
     assert vllm.forget_after_seconds == DEFAULT_FORGET_AFTER_SECONDS
     assert trt.metrics_path == "/prometheus/metrics"
     assert (trt.interval_seconds, trt.timeout_seconds, trt.forget_after_seconds) == (15, 3, 3600)
-    assert trt.probe.enabled
-    assert trt.probe.endpoint == "chat"
+    assert trt.test_request.enabled
+    assert trt.test_request.endpoint == "chat"
     target = trt.target("pod-a:8000", "http://pod-a:8000")
     assert target.metrics_url == "http://pod-a:8000/prometheus/metrics"
 

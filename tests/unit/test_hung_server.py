@@ -27,7 +27,7 @@ from stallwatch.core.rules import HUNG_ALERT, STUCK_ALERT, UNRESPONSIVE_ALERT, r
 from stallwatch.exporter.check_cli import EXIT_DOWN, EXIT_STUCK, exit_code_for
 from stallwatch.exporter.collector import TargetCollector
 from stallwatch.restarter.confirm import attempt
-from tests.fixtures import real_payload
+from tests.support.real_payloads import real_payload
 
 RECORDING_RULES = Path(__file__).resolve().parents[2] / "prometheus" / "recording.yml"
 BUSY_1 = parse_reading(real_payload("vllm-0.32.0-cpu-busy-1.txt"), taken_at=100.0)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from stallwatch.restarter.kube.api import clipped, micro_time, rfc3339_time
-from tests.kube_gotime import RFC3339, RFC3339_MICRO, GoParseError, go_parse
+from tests.support.kube_gotime import RFC3339, RFC3339_MICRO, GoParseError, go_parse
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,9 @@
   `stallwatch.simulator`) import the core and the leaf, never the face; the exporter and the
   restarter never import each other, and share `stallwatch.net`;
 - the face (`stallwatch.cli`, `demo*`, `replay*`, `localstack*`, `__main__`) sits on top;
-- no two subpackages import each other, directly or through others.
+- no two subpackages import each other, directly or through others;
+- no two modules import each other, directly or through others: the module graph counts every
+  import, those under `if TYPE_CHECKING:` and those inside functions included.
 """
 
 from __future__ import annotations
@@ -65,7 +67,13 @@ def imported_modules(module: str, known: set[str]) -> Iterator[str]:
     path = PACKAGE.parent / Path(*module.split("."))
     file = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
     package = module if file.name == "__init__.py" else module.rpartition(".")[0]
-    for node in ast.walk(ast.parse(file.read_text(encoding="utf-8"))):
+    yield from imports_in_source(file.read_text(encoding="utf-8"), package, known)
+
+
+def imports_in_source(source: str, package: str, known: set[str]) -> Iterator[str]:
+    """Project modules a source in `package` imports: at the top, under `if TYPE_CHECKING:`
+    and inside functions alike (ast.walk visits every statement)."""
+    for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -93,6 +101,13 @@ def import_graph() -> dict[str, set[str]]:
             if group_of(imported) != group_of(module):
                 graph[group_of(module)].add(group_of(imported))
     return graph
+
+
+def module_import_graph() -> dict[str, set[str]]:
+    """Module -> the project modules it imports (itself left out)."""
+    modules = project_modules()
+    known = set(modules)
+    return {m: {i for i in imported_modules(m, known) if i != m} for m in modules}
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -210,3 +225,32 @@ def test_the_graph_sees_the_imports_it_checks() -> None:
     assert "net" in graph["exporter"]
     assert "common" in graph["core"]
     assert "engines" in graph["common"]
+
+
+def test_no_two_modules_import_each_other_directly_or_through_others() -> None:
+    """No cycle in the graph of module imports; a failure names the cycle, module by module."""
+    cycle = find_cycle(module_import_graph())
+    assert cycle is None, "module import cycle: " + " -> ".join(cycle or [])
+
+
+def test_the_module_graph_counts_type_checking_and_function_level_imports() -> None:
+    """Imports under `if TYPE_CHECKING:`, in a function and relative ones are edges, as top ones."""
+    known = {"stallwatch", "stallwatch.a", "stallwatch.b", "stallwatch.c", "stallwatch.d"}
+    source = (
+        "from typing import TYPE_CHECKING\n"
+        "import stallwatch.a\n"
+        "if TYPE_CHECKING:\n"
+        "    from stallwatch.b import Thing\n"
+        "def later() -> None:\n"
+        "    from stallwatch import c\n"
+        "from .d import other\n"
+    )
+    found = set(imports_in_source(source, "stallwatch", known))
+    assert found == known
+
+
+def test_find_cycle_names_the_cycle_module_by_module() -> None:
+    """A three-module cycle is reported as the path around it; a graph without one as None."""
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert find_cycle(graph) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None

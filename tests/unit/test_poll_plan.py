@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from stallwatch.common.exporter_config import ProbeConfig, TargetConfig
+from stallwatch.common.exporter_config import IdleTestRequestConfig, TargetConfig
 from stallwatch.core.classify import State
 from stallwatch.core.poll_plan import (
     AskFaults,
@@ -56,7 +56,9 @@ IDLE = ReadResult(reading(NOW))
 BUSY = ReadResult(reading(NOW, steps=150.0, running=2.0))
 STALLED = ReadResult(reading(NOW, running=2.0))
 LISTED = ModelsAnswer(200, ("vllm",), listed=True, detail="HTTP 200")
-TARGET = TargetConfig(name="t", url=URL, kind="vllm", probe=ProbeConfig(min_interval_seconds=0))
+TARGET = TargetConfig(
+    name="t", url=URL, kind="vllm", test_request=IdleTestRequestConfig(min_interval_seconds=0)
+)
 
 
 @dataclass(frozen=True)
@@ -181,7 +183,7 @@ ROWS = [
         (IDLE, ()),
         State.IDLE,
         (ReadMetrics, AskFaults),
-        target=replace(TARGET, probe=ProbeConfig(enabled=False)),
+        target=replace(TARGET, test_request=IdleTestRequestConfig(enabled=False)),
     ),
     Row(
         "idle Triton: no safe test request, idle by its counters",
@@ -195,7 +197,7 @@ ROWS = [
         (IDLE, ()),
         State.IDLE,
         (ReadMetrics, AskFaults),
-        target=replace(TARGET, probe=ProbeConfig(min_interval_seconds=300)),
+        target=replace(TARGET, test_request=IdleTestRequestConfig(min_interval_seconds=300)),
         proven_at=NOW - 30.0,
         expect={"probe_deferred": True, "probes_sent": 0},
     ),
@@ -248,7 +250,7 @@ def test_the_test_request_carries_the_model_the_metrics_name() -> None:
     advance(plan, None)
     advance(plan, IDLE)
     step = advance(plan, ())
-    assert step == SendTestRequest("m", "completions", TARGET.probe.timeout_seconds)
+    assert step == SendTestRequest("m", "completions", TARGET.test_request.timeout_seconds)
 
 
 def test_the_fresh_read_after_a_failed_test_request_is_marked() -> None:

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stallwatch.core.reading import parse_reading
-from tests.fixtures import real_payload
+from tests.support.real_payloads import real_payload
 
 
 def test_busy_payload_yields_the_engine_figures() -> None:

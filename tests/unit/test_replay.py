@@ -25,7 +25,7 @@ from stallwatch.replay.server import SimulatedServer
 from stallwatch.replay.stallwatch_way import DEGRADATION_RULES
 from stallwatch.simulator.engine import SimRequest
 from stallwatch.simulator.metrics import EngineView, RenderOptions, render_payload
-from tests.fixtures import REPO_ROOT
+from tests.support.real_payloads import REPO_ROOT
 
 SEEDS = (1, 2, 3)
 HOURS = 12.0

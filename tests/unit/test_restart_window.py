@@ -12,7 +12,7 @@ from stallwatch.core.holds import HoldEvent, current_holds, hold_refusal
 from stallwatch.core.policy import CHECKS_PASSED, CONFIRMED, Decision
 from stallwatch.core.reading import Reading, parse_reading
 from stallwatch.core.restart_window import RestartWindow, judge_window, moved_since, with_window
-from tests.fixtures import real_payload
+from tests.support.real_payloads import real_payload
 
 NOW = 1_800_000_000.0
 KEY = "f1@2026-11-30T05:29:50Z"

@@ -33,7 +33,7 @@ from stallwatch.core.policy import (
     with_confirmation,
 )
 from stallwatch.core.reading import parse_reading
-from tests.fixtures import real_payload
+from tests.support.real_payloads import real_payload
 from tests.unit.test_restart_window import WINDOW_CASES
 
 NOW = 1_800_000_000.0

@@ -198,6 +198,6 @@ def test_triton_iteration_counter_moves_per_step() -> None:
 
 
 def test_unknown_engine_is_refused() -> None:
-    """A config naming an engine the simulator does not know is refused with the known ones."""
-    with pytest.raises(ValueError, match="llamacpp"):
-        SimConfig(engine="ollama")
+    """A server asked to play an engine the simulator lacks is refused, naming the known ones."""
+    with pytest.raises(ValueError, match="unknown engine 'ollama'; known: vllm, sglang"):
+        SimServer(SimConfig(engine="ollama"))

@@ -15,7 +15,7 @@ from stallwatch.simulator.metrics import (
     load_families,
     render_payload,
 )
-from tests.fixtures import REAL_METRICS
+from tests.support.real_payloads import REAL_METRICS
 
 FIXTURES = REAL_METRICS
 PREFIXES = ("vllm:", "process_", "python_")

@@ -15,7 +15,7 @@ from stallwatch.simulator.engines.tgi import TgiFlavour
 from stallwatch.simulator.engines.trtllm import TritonFlavour, TrtllmFlavour
 
 if TYPE_CHECKING:
-    from stallwatch.simulator.server import SimServer
+    from stallwatch.simulator.host import FlavourHost
 
 FLAVOURS: dict[str, type[Flavour]] = {
     flavour.name: flavour
@@ -36,8 +36,11 @@ WITHOUT_A_FLAVOUR: dict[str, str] = {}
 __all__ = ["ENGINES", "FLAVOURS", "WITHOUT_A_FLAVOUR", "Flavour", "make_flavour"]
 
 
-def make_flavour(engine: str, server: SimServer) -> Flavour | None:
-    """The flavour of `engine`, or None for vLLM (the server's own rendering)."""
+def make_flavour(engine: str, server: FlavourHost) -> Flavour | None:
+    """The flavour of `engine`, or None for vLLM (the server's own rendering); ValueError names
+    an engine the simulator cannot play."""
     if engine == "vllm":
         return None
+    if engine not in FLAVOURS:
+        raise ValueError(f"unknown engine {engine!r}; known: {', '.join(ENGINES)}")
     return FLAVOURS[engine](server)

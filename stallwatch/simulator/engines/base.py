@@ -19,7 +19,7 @@ from stallwatch.simulator.engine import Engine, StepRecord
 from stallwatch.simulator.metrics import floatToGoString
 
 if TYPE_CHECKING:
-    from stallwatch.simulator.server import SimServer
+    from stallwatch.simulator.host import FlavourHost
 
 PROMETHEUS_CONTENT_TYPE = "text/plain; version=1.0.0; charset=utf-8"
 
@@ -106,7 +106,7 @@ class Flavour:
     # False: no `/v1/models` at all (Triton's metrics port serves only `/metrics`).
     serves_models: ClassVar[bool] = True
 
-    def __init__(self, server: SimServer) -> None:
+    def __init__(self, server: FlavourHost) -> None:
         self.server = server
 
     @property

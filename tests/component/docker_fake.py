@@ -24,7 +24,7 @@ from typing import Any
 
 from aiohttp import web
 
-from tests.wedged import kill_group, wait_listening
+from tests.component.wedged import kill_group, wait_listening
 
 
 @dataclass

@@ -13,7 +13,7 @@ Where the real API refuses a body, this one refuses it the same way, with the re
 each rule below names the kube-apiserver source it follows (kubernetes/kubernetes v1.32):
 - times: a MicroTime field must be "2006-01-02T15:04:05.000000Z07:00", a Time field RFC 3339
   (400 "<Kind> in version "v1" cannot be handled as a <Kind>: parsing time ..."; see
-  tests/kube_gotime.py and staging/src/k8s.io/apiserver/pkg/endpoints/handlers/rest.go,
+  tests/support/kube_gotime.py and staging/src/k8s.io/apiserver/pkg/endpoints/handlers/rest.go,
   transformDecodeError);
 - evictions: pkg/registry/core/pod/storage/eviction.go;
 - Leases: pkg/apis/coordination/validation/validation.go, and the Lease strategy's
@@ -37,7 +37,7 @@ import yaml
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from tests.kube_gotime import RFC3339, RFC3339_MICRO, GoParseError, go_parse
+from tests.support.kube_gotime import RFC3339, RFC3339_MICRO, GoParseError, go_parse
 
 TOKEN = "fake-service-account-token"
 ADMIN_TOKEN = "fake-cluster-admin-token"

@@ -10,7 +10,7 @@ from pathlib import Path
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from stallwatch.common.exporter_config import ExporterConfig, ProbeConfig, TargetConfig
+from stallwatch.common.exporter_config import ExporterConfig, IdleTestRequestConfig, TargetConfig
 from stallwatch.core.classify import State
 from stallwatch.core.history import PollOutcome, TargetHistory
 from stallwatch.exporter.app import running_exporter
@@ -23,7 +23,7 @@ def target(name: str, url: str, **fields: object) -> TargetConfig:
     defaults: dict[str, object] = {
         "interval_seconds": FAST_INTERVAL,
         "timeout_seconds": FAST_INTERVAL,
-        "probe": ProbeConfig(timeout_seconds=0.5),
+        "test_request": IdleTestRequestConfig(timeout_seconds=0.5),
     }
     defaults.update(fields)
     return TargetConfig(name=name, url=url, **defaults)  # type: ignore[arg-type]

@@ -1,4 +1,4 @@
-"""Shared helpers for the restarter's component tests (a fake vLLM /metrics, configs, payloads)."""
+"""The restarter in tests: a fake vLLM /metrics, configs, alert payloads, a running restarter."""
 
 from __future__ import annotations
 

@@ -28,14 +28,13 @@ from typing import Any
 
 import aiohttp
 
-from stallwatch.common.exporter_config import ExporterConfig, ProbeConfig, TargetConfig
+from stallwatch.common.exporter_config import ExporterConfig, IdleTestRequestConfig, TargetConfig
 from stallwatch.core.classify import State
 from stallwatch.core.history import TargetHistory
 from stallwatch.exporter.app import running_exporter
 from stallwatch.exporter.service import ExporterService
-from tests.component.exporter_support import record_histories
-
-from .harness import HTTP_TIMEOUT_SECONDS, AlertingStack, poll
+from tests.support.alerting_stack import HTTP_TIMEOUT_SECONDS, AlertingStack, poll
+from tests.support.exporter import record_histories
 
 POLL_INTERVAL = 0.5
 TIMEOUT = 30.0
@@ -55,7 +54,7 @@ def target(name: str, url: str, interval: float = POLL_INTERVAL) -> TargetConfig
         url=url,
         interval_seconds=interval,
         timeout_seconds=min(interval, 1.0),
-        probe=ProbeConfig(timeout_seconds=0.5),
+        test_request=IdleTestRequestConfig(timeout_seconds=0.5),
     )
 
 
