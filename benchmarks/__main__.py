@@ -10,17 +10,28 @@ import sys
 import time
 from collections.abc import Callable
 
-from benchmarks import end_to_end, parsing, probe_mode, restart_window, restarter_bench, scale
+from benchmarks import (
+    end_to_end,
+    parsing,
+    probe_mode,
+    read_path,
+    restart_window,
+    restarter_bench,
+    scale,
+)
 from benchmarks.common import Section
 
-BENCHMARKS: dict[str, Callable[[bool], Section]] = {
+BENCHMARKS: dict[str, Callable[..., Section]] = {
     "parsing": parsing.run,
     "scale": scale.run,
     "e2e": end_to_end.run,
     "restarter": restarter_bench.run,
     "probe": probe_mode.run,
+    "readpath": read_path.run,
     "window": restart_window.run,
 }
+# The benchmarks that can run the code at another git ref beside this tree's (`--baseline`).
+COMPARED = frozenset({"probe", "readpath"})
 
 
 def machine() -> str:
@@ -35,13 +46,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="small sizes, for the smoke test")
     parser.add_argument("--only", nargs="+", choices=sorted(BENCHMARKS), help="run only these")
     parser.add_argument("--json", metavar="FILE", help="also write the raw figures as JSON")
+    parser.add_argument(
+        "--baseline",
+        metavar="REF",
+        help=f"also run {', '.join(sorted(COMPARED))} with the code at this git ref, side by side",
+    )
     args = parser.parse_args(argv)
     names = args.only or list(BENCHMARKS)
     results: dict[str, object] = {"machine": machine(), "quick": args.quick}
     print(f"# stallwatch benchmarks{' (quick)' if args.quick else ''}\n\nMachine: {machine()}\n")
     for name in names:
         started = time.perf_counter()
-        section = BENCHMARKS[name](args.quick)
+        if name in COMPARED:
+            section = BENCHMARKS[name](args.quick, baseline=args.baseline)
+        else:
+            section = BENCHMARKS[name](args.quick)
         print(section.markdown())
         print(f"_({name}: {time.perf_counter() - started:.0f} s)_\n", flush=True)
         results[name] = section.figures

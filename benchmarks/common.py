@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import statistics
+import subprocess
+import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,10 +66,44 @@ def fmt_seconds(seconds: float) -> str:
     """A duration with a unit that keeps three significant figures."""
     if seconds != seconds:  # NaN
         return "-"
-    if seconds < 1e-3:
+    # Below 999.5 of a unit, three significant figures stay in that unit (not "1e+03 µs").
+    if seconds < 0.9995e-3:
         return f"{seconds * 1e6:.3g} µs"
-    if seconds < 1:
+    if seconds < 0.9995:
         return f"{seconds * 1e3:.3g} ms"
     if seconds < 120:
         return f"{seconds:.3g} s"
     return f"{seconds / 60:.3g} min"
+
+
+@contextlib.contextmanager
+def baseline_tree(ref: str | None) -> Iterator[Path | None]:
+    """The project as it was at git `ref`, extracted to a temporary directory, for a benchmark
+    that runs the code before a change beside the code after it; None without a `ref`."""
+    if ref is None:
+        yield None
+        return
+    archive = subprocess.run(
+        ["git", "-C", str(REPO), "archive", "--format=tar", ref], check=True, capture_output=True
+    ).stdout
+    with tempfile.TemporaryDirectory(prefix="stallwatch-baseline-") as directory:
+        subprocess.run(["tar", "-x", "-C", directory], input=archive, check=True)
+        yield Path(directory)
+
+
+def python_environment(source: Path | None) -> dict[str, str]:
+    """The environment of a `python -m stallwatch` child that runs the code in `source` (a
+    `baseline_tree`) instead of this checkout's; this process's own environment without one."""
+    if source is None:
+        return dict(os.environ)
+    return dict(os.environ, PYTHONPATH=str(source))
+
+
+def git_describe(ref: str) -> str:
+    """`ref` as a short commit name, for the tables."""
+    return subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", "--short", ref],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()

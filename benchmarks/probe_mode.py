@@ -20,13 +20,22 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
 
-from benchmarks.common import Section, fmt_seconds, median, percentile, real_payload
+from benchmarks.common import (
+    Section,
+    baseline_tree,
+    fmt_seconds,
+    git_describe,
+    median,
+    percentile,
+    python_environment,
+    real_payload,
+)
 from benchmarks.scale import TargetServers, process_cpu_seconds
 
 INTERVAL = 15.0
@@ -47,7 +56,10 @@ def rss_bytes(pid: int) -> int:
 
 
 @contextlib.contextmanager
-def exporter_process(workdir: Path) -> object:
+def exporter_process(
+    workdir: Path, source: Path | None = None
+) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """`stallwatch exporter` as a child process: this checkout's code, or `source`'s."""
     port = free_port()
     config = workdir / "exporter.yml"
     modules = {
@@ -62,6 +74,8 @@ def exporter_process(workdir: Path) -> object:
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
+        env=python_environment(source),
+        cwd=source,
     )
     try:
         assert process.stdout is not None
@@ -217,45 +231,72 @@ async def cost_per_answer(
     return cpu / len(latencies), median(latencies)
 
 
-async def _run(counts: list[int], window: float, rounds: int) -> dict[str, object]:
-    servers = await asyncio.to_thread(TargetServers, max(counts))
+@dataclass(frozen=True)
+class VersionResult:
+    """One version of the exporter's figures: per size, and a cached answer vs a real read."""
+
+    version: str
+    runs: list[ScheduleRun]
+    cached: tuple[float, float]
+    fresh: tuple[float, float]
+
+
+async def _answer_costs(
+    source: Path | None, servers: TargetServers, rounds: int, workdir: Path
+) -> tuple[tuple[float, float], tuple[float, float]]:
+    with exporter_process(workdir, source) as (process, url):
+        sample = servers.ports[:100]
+        cached = await cost_per_answer(process.pid, url, sample, "cached", rounds)
+        fresh = await cost_per_answer(process.pid, url, sample, "fresh", rounds)
+    return cached, fresh
+
+
+async def _schedule(
+    source: Path | None, servers: TargetServers, count: int, window: float, workdir: Path
+) -> ScheduleRun:
+    # A fresh exporter per size: its memory grows with the targets it remembers.
+    with exporter_process(workdir, source) as (process, url):
+        await asyncio.sleep(0.5)
+        base_rss = rss_bytes(process.pid)
+        return await measure_schedule(process.pid, url, servers, count, window, base_rss)
+
+
+async def _run(
+    counts: list[int], window: float, rounds: int, baseline: str | None
+) -> list[VersionResult]:
+    """Each version's figures, the versions taking turns size by size."""
+    servers = await asyncio.to_thread(TargetServers, max(counts), moving=True)
     try:
-        with tempfile.TemporaryDirectory() as workdir:
-            results: dict[str, object] = {}
-            with exporter_process(Path(workdir)) as (process, url):
-                base_rss = rss_bytes(process.pid)
-                sample = servers.ports[:100]
-                results["cached"] = await cost_per_answer(
-                    process.pid, url, sample, "cached", rounds
-                )
-                results["fresh"] = await cost_per_answer(process.pid, url, sample, "fresh", rounds)
-                base_rss = rss_bytes(process.pid)
-            runs = []
+        with tempfile.TemporaryDirectory() as workdir, baseline_tree(baseline) as source:
+            versions: list[tuple[str, Path | None]] = [("this tree", None)]
+            if baseline is not None:
+                versions.insert(0, (git_describe(baseline), source))
+            costs = [
+                await _answer_costs(tree, servers, rounds, Path(workdir)) for _, tree in versions
+            ]
+            runs: list[list[ScheduleRun]] = [[] for _ in versions]
             for count in counts:
-                # A fresh exporter per size: its memory grows with the targets it remembers.
-                with exporter_process(Path(workdir)) as (process, url):
-                    await asyncio.sleep(0.5)
-                    base_rss = rss_bytes(process.pid)
-                    runs.append(
-                        await measure_schedule(process.pid, url, servers, count, window, base_rss)
-                    )
-            results["runs"] = runs
-            return results
+                for index, (_, tree) in enumerate(versions):
+                    runs[index].append(await _schedule(tree, servers, count, window, Path(workdir)))
+            return [
+                VersionResult(name, version_runs, cached, fresh)
+                for (name, _), version_runs, (cached, fresh) in zip(
+                    versions, runs, costs, strict=True
+                )
+            ]
     finally:
         await asyncio.to_thread(servers.stop)
 
 
-def run(quick: bool) -> Section:
+def run(quick: bool, baseline: str | None = None) -> Section:
     real_payload()
-    counts = [20] if quick else [500, 1000, 2000, 3000]
+    counts = [20] if quick else [2000, 3000, 5000, 6000]
     window = 2.0 if quick else 2 * INTERVAL
     rounds = 2 if quick else 10
-    results = asyncio.run(_run(counts, window, rounds))
-    runs: list[ScheduleRun] = results["runs"]  # type: ignore[assignment]
-    cached_cpu, cached_latency = results["cached"]  # type: ignore[misc]
-    fresh_cpu, fresh_latency = results["fresh"]  # type: ignore[misc]
+    results = asyncio.run(_run(counts, window, rounds, baseline))
     rows = [
         [
+            result.version,
             f"{r.targets:,}",
             f"{r.reads:,} / {r.reads_due:,}",
             f"{r.on_schedule:.1%}",
@@ -266,21 +307,34 @@ def run(quick: bool) -> Section:
             f"{r.load_average:.1f}",
             f"{r.rss_per_target / 1024:.1f} KiB",
         ]
-        for r in runs
+        for r_index in range(len(counts))
+        for result in results
+        for r in (result.runs[r_index],)
     ]
-    on_time = [r for r in runs if r.on_schedule >= 0.99 and r.failed_scrapes == 0]
-    figures = {
-        "runs": [r.__dict__ | {"on_schedule": r.on_schedule} for r in runs],
-        "cached_cpu_seconds": cached_cpu,
-        "cached_latency_seconds": cached_latency,
-        "read_cpu_seconds": fresh_cpu,
-        "read_latency_seconds": fresh_latency,
-        "largest_on_schedule": on_time[-1].targets if on_time else 0,
-    }
+    figures: dict[str, object] = {}
+    answers = []
+    for result in results:
+        on_time = [r for r in result.runs if r.on_schedule >= 0.99 and r.failed_scrapes == 0]
+        cached_cpu, cached_latency = result.cached
+        fresh_cpu, fresh_latency = result.fresh
+        figures[result.version] = {
+            "runs": [r.__dict__ | {"on_schedule": r.on_schedule} for r in result.runs],
+            "cached_cpu_seconds": cached_cpu,
+            "cached_latency_seconds": cached_latency,
+            "read_cpu_seconds": fresh_cpu,
+            "read_latency_seconds": fresh_latency,
+            "largest_on_schedule": on_time[-1].targets if on_time else 0,
+        }
+        answers.append(
+            f"{result.version}: from memory **{fmt_seconds(cached_cpu)}** of exporter CPU "
+            f"({fmt_seconds(cached_latency)} median latency), by reading the server "
+            f"**{fmt_seconds(fresh_cpu)}** ({fmt_seconds(fresh_latency)})"
+        )
     return Section(
         title="/probe mode at 15 s: targets on schedule, memory, cached answer vs real read",
-        command="python -m benchmarks --only probe",
+        command="python -m benchmarks --only probe [--baseline REF]",
         headers=[
+            "code",
             "targets",
             "reads done / due",
             "on schedule",
@@ -296,9 +350,11 @@ def run(quick: bool) -> Section:
             "The exporter runs as its own process (`stallwatch exporter`, one event loop, so "
             "one core at most) with a module at `interval: 15s`. This process plays Prometheus: "
             "it scrapes `/probe` for each server once per 15 s, the scrapes spread evenly over "
-            "the interval, with a 10 s scrape timeout. The servers are lightweight aiohttp "
-            "servers, one port each, in a third process, all returning the captured real vLLM "
-            "payload (51 KiB).",
+            "the interval, with a 10 s scrape timeout, over kept-alive connections. The servers "
+            "are lightweight aiohttp servers, one port each, in a third process, all returning "
+            "the captured real vLLM payload (51 KiB) with its step and token counters advanced "
+            "at every answer (a busy server making progress), and closing a connection idle "
+            "for 5 s as uvicorn and llama.cpp do: every read opens a new connection.",
             f"Measured directly at 15 s: a {INTERVAL:g} s warm-up (every server read once), "
             f"then {window:g} s. Reads done = the exporter's `stallwatch_probe_reads_total`; "
             "due = servers x window / 15 s. Exporter CPU from /proc; memory per target = the "
@@ -306,12 +362,11 @@ def run(quick: bool) -> Section:
             "(2 cores) is shared: the 1-minute load average at the end of each run says how "
             "much else ran; the Prometheus stand-in and the servers take CPU from the same "
             "two cores.",
-            f"Cached answer vs real read, side by side on one exporter (100 servers, {rounds} "
-            "rounds of sequential `/probe`s): under a module whose interval has not elapsed "
-            f"the answer comes from memory: **{fmt_seconds(cached_cpu)} exporter CPU** "
-            f"({fmt_seconds(cached_latency)} median latency); under a module whose interval "
-            f"has elapsed it reads the server: **{fmt_seconds(fresh_cpu)} exporter CPU** "
-            f"({fmt_seconds(fresh_latency)} median latency).",
+            "With `--baseline REF` the same runs are made with the code at git REF (extracted "
+            "to a temporary directory), the two versions taking turns at each size, so both "
+            "meet the same machine.",
+            f"Cached answer vs real read, on one exporter (100 servers, {rounds} rounds of "
+            "sequential `/probe`s): " + "; ".join(answers) + ".",
         ],
         figures=figures,
     )

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import aiohttp
 
@@ -58,14 +59,17 @@ class ScaleRun:
 class TargetServers:
     """The `benchmarks.targets` subprocess."""
 
-    def __init__(self, count: int) -> None:
+    def __init__(self, count: int, *, moving: bool = False, payload: Path | None = None) -> None:
+        """`count` servers of `payload` (the real vLLM one by default); `moving`: its counters
+        advance at every answer, as a healthy busy server's do."""
         self.process = subprocess.Popen(
             [
                 sys.executable,
                 "-m",
                 "benchmarks.targets",
                 str(count),
-                str(REAL_METRICS / VLLM_PAYLOAD),
+                str(payload or REAL_METRICS / VLLM_PAYLOAD),
+                *(["--moving"] if moving else []),
             ],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,

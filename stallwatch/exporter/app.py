@@ -28,6 +28,7 @@ from stallwatch.common.config_files import load_exporter_config
 from stallwatch.common.exporter_config import ExporterConfig
 from stallwatch.core.probe_schedule import read_budget
 from stallwatch.exporter.collector import ExporterProcessCollector, TargetCollector
+from stallwatch.exporter.exposition import UnsupportedFamily, exposition
 from stallwatch.exporter.multitarget import ProbeCollector
 from stallwatch.exporter.service import ExporterService
 from stallwatch.exporter.web_config import WebConfig, protect, server_ssl_context
@@ -81,7 +82,10 @@ async def reload_config(service: ExporterService, path: Path) -> str | None:
 
 async def handle_metrics(request: web.Request) -> web.Response:
     registry = request.app[REGISTRY_KEY]
-    body = generate_latest(registry)
+    try:
+        body = exposition(registry.collect())
+    except UnsupportedFamily:  # a family of another kind: the reference writer writes it
+        body = generate_latest(registry)
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 

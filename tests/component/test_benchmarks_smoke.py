@@ -11,7 +11,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_quick_benchmarks_run_and_produce_sane_figures(tmp_path: Path) -> None:
-    """`python -m benchmarks --quick` runs every benchmark: ratios > 0, one restart in the storm."""
+    """`python -m benchmarks --quick` runs every benchmark: ratios > 0, one restart in the storm,
+    a /probe read costs more than an answer from memory, the heavy payload is read."""
     figures_file = tmp_path / "figures.json"
     completed = subprocess.run(
         [sys.executable, "-m", "benchmarks", "--quick", "--json", str(figures_file)],
@@ -50,3 +51,16 @@ def test_quick_benchmarks_run_and_produce_sane_figures(tmp_path: Path) -> None:
     assert restarter["storm_restarts"] == 1
     assert restarter["storm_statuses"] == {"200": restarter["storm_count"]}
     assert restarter["latency_p50_seconds"] > 0
+
+    probe = figures["probe"]["this tree"]
+    assert probe["runs"][0]["reads"] > 0
+    assert probe["read_cpu_seconds"] > probe["cached_cpu_seconds"] > 0
+
+    readpath = figures["readpath"]
+    for engine in ("vLLM 0.32", "llama.cpp", "SGLang 0.5.23"):
+        stages = readpath[engine]
+        assert all(seconds > 0 for seconds in stages.values()), stages
+    assert readpath["http_new_connection_seconds"] > 0
+    loop = readpath["event_loop"]["this tree"]
+    assert loop["healthy_polls"] >= 2
+    assert loop["heavy_reads"] >= 1

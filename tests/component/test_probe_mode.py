@@ -14,8 +14,10 @@ from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
 from stallwatch import USER_AGENT
+from stallwatch.common.allowlist import parse_target
 from stallwatch.common.exporter_config import ExporterConfig, exporter_config_from_mapping
 from stallwatch.exporter.app import running_exporter
+from stallwatch.exporter.multitarget import FORGET_SWEEP_SECONDS
 from stallwatch.exporter.service import ExporterService
 from stallwatch.simulator.server import SimConfig
 from stallwatch.simulator.testing import running_simulator
@@ -231,6 +233,24 @@ async def test_targets_not_probed_for_a_while_are_forgotten() -> None:
                 metrics = await response.text()
     assert value(body, "stallwatch_polls_total", target=sim.url) == 1.0
     assert value(metrics, "stallwatch_probe_targets_forgotten_total") == 1.0
+
+
+async def test_a_target_nobody_asks_for_is_forgotten_by_the_next_sweep() -> None:
+    """A target no `/probe` asks for again is dropped within FORGET_SWEEP_SECONDS of its
+    forget_after, at the next `/probe` of any target (the sweep walks the table once a second,
+    not at every scrape)."""
+    async with running_simulator(SimConfig()) as a, running_simulator(SimConfig()) as b:
+        cfg = config({"m": {"allow": ["127.0.0.1"], "interval": "50ms", "forget_after": "200ms"}})
+        async with exporter(cfg) as (service, url), aiohttp.ClientSession() as session:
+            assert service.probes is not None
+            await probe(session, url, a.url)
+            await probe(session, url, b.url)
+            remembered_both = len(service.probes.entries)
+            await asyncio.sleep(0.2 + FORGET_SWEEP_SECONDS)
+            await probe(session, url, a.url)
+            remembered_after = [key[1] for key in service.probes.entries]
+    assert remembered_both == 2
+    assert remembered_after == [parse_target(a.url).url]
 
 
 @pytest.mark.parametrize(("enabled", "expected"), [(False, 0), (True, 1)])
