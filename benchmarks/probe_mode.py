@@ -62,10 +62,21 @@ def exporter_process(
     """`stallwatch exporter` as a child process: this checkout's code, or `source`'s."""
     port = free_port()
     config = workdir / "exporter.yml"
+    # The modules share the 10,000 targets /probe remembers; the measured one takes nearly all.
     modules = {
-        "vllm": {"allow": ["127.0.0.1"], "interval": f"{INTERVAL:g}s", "timeout": "5s"},
-        "cached": {"allow": ["127.0.0.1"], "interval": "1h", "timeout": "5s"},
-        "fresh": {"allow": ["127.0.0.1"], "interval": "50ms", "timeout": "50ms"},
+        "vllm": {
+            "allow": ["127.0.0.1"],
+            "interval": f"{INTERVAL:g}s",
+            "timeout": "5s",
+            "max_targets": 9_800,
+        },
+        "cached": {"allow": ["127.0.0.1"], "interval": "1h", "timeout": "5s", "max_targets": 100},
+        "fresh": {
+            "allow": ["127.0.0.1"],
+            "interval": "50ms",
+            "timeout": "50ms",
+            "max_targets": 100,
+        },
     }
     config.write_text(json.dumps({"listen": f"127.0.0.1:{port}", "modules": modules}))
     process = subprocess.Popen(

@@ -5,7 +5,7 @@ payload (classifying it, settling a test request on it) runs off the event loop.
 from __future__ import annotations
 
 import time
-from typing import assert_never
+from typing import Protocol, assert_never
 
 import aiohttp
 
@@ -15,6 +15,7 @@ from stallwatch.core.poll_plan import (
     AskFaults,
     AskModels,
     AskSleeps,
+    Plan,
     PollResult,
     ReadMetrics,
     ReadResult,
@@ -58,6 +59,55 @@ async def perform(
             assert_never(step)
 
 
+class StepWatcher(Protocol):
+    """Sees each step of a driven poll (the `/probe?debug=true` view)."""
+
+    def before(self, target: TargetConfig, step: Step) -> bool:
+        """Whether to perform `step`; False ends the poll there, without an outcome."""
+        ...
+
+    def after(self, answer: object) -> None:
+        """What the step just performed answered."""
+        ...
+
+
+async def drive(
+    session: aiohttp.ClientSession,
+    target: TargetConfig,
+    plan: Plan,
+    *,
+    max_payload_bytes: int,
+    watcher: StepWatcher | None = None,
+) -> PollResult | None:
+    """Perform the plan's steps until it gives its result (None: the watcher ended it)."""
+    payload_bytes = 0
+    answer: object = None
+    while not isinstance(step := await run_sized(payload_bytes, advance, plan, answer), PollResult):
+        if watcher is not None and not watcher.before(target, step):
+            plan.close()
+            return None
+        answer = await perform(session, target, step, max_payload_bytes=max_payload_bytes)
+        if watcher is not None:
+            watcher.after(answer)
+        if isinstance(answer, ReadResult):
+            payload_bytes = max(payload_bytes, answer.payload_bytes)
+    return step
+
+
+def outcome_of(result: PollResult, started: float) -> PollOutcome:
+    """The poll's outcome, `started` its `time.monotonic()` start."""
+    return PollOutcome(
+        verdict=result.verdict,
+        reading=result.reading,
+        finished_at=time.time(),
+        duration_seconds=time.monotonic() - started,
+        probes_sent=result.probes_sent,
+        probes_failed=result.probes_failed,
+        error_reason=result.error_reason,
+        probe_deferred=result.probe_deferred,
+    )
+
+
 async def poll_once(
     session: aiohttp.ClientSession,
     target: TargetConfig,
@@ -69,19 +119,6 @@ async def poll_once(
     """Read the target once and decide its state; never raises for a misbehaving server."""
     started = time.monotonic()
     plan = poll_plan(target, baseline, time.time(), last_proven_alive_at=last_proven_alive_at)
-    payload_bytes = 0
-    answer: object = None
-    while not isinstance(step := await run_sized(payload_bytes, advance, plan, answer), PollResult):
-        answer = await perform(session, target, step, max_payload_bytes=max_payload_bytes)
-        if isinstance(answer, ReadResult):
-            payload_bytes = max(payload_bytes, answer.payload_bytes)
-    return PollOutcome(
-        verdict=step.verdict,
-        reading=step.reading,
-        finished_at=time.time(),
-        duration_seconds=time.monotonic() - started,
-        probes_sent=step.probes_sent,
-        probes_failed=step.probes_failed,
-        error_reason=step.error_reason,
-        probe_deferred=step.probe_deferred,
-    )
+    result = await drive(session, target, plan, max_payload_bytes=max_payload_bytes)
+    assert result is not None  # no watcher ends it
+    return outcome_of(result, started)

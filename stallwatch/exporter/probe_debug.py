@@ -1,6 +1,6 @@
 """`/probe?debug=true`: one poll of a target, step by step, as plain text.
 
-The core's poll plan (`core/poll_plan.py`) is driven here as `poll.py` drives it, with each
+The core's poll plan (`core/poll_plan.py`) is driven by `poll.py`'s driver, with each
 step and its answer written down: what was read or asked and why, what it answered, the
 reading, and the decision; then the series the poll would answer. A debug poll keeps nothing
 (the caller leaves the target's history as it was) and never sends the idle test request: when
@@ -22,18 +22,15 @@ from stallwatch.core.poll_plan import (
     AskModels,
     AskSleeps,
     ModelsAnswer,
-    PollResult,
     ReadMetrics,
     ReadResult,
     SendTestRequest,
     Step,
-    advance,
     poll_plan,
 )
 from stallwatch.core.probe_schedule import ReadBudget
 from stallwatch.core.reading import EngineSample, Reading
-from stallwatch.exporter.poll import perform
-from stallwatch.net.offload import run_sized
+from stallwatch.exporter.poll import drive, outcome_of
 
 
 @dataclass
@@ -49,6 +46,18 @@ class DebugPoll:
 
     def add(self, text: str) -> None:
         self.lines.append(f"  +{time.monotonic() - self.started:.3f} s  {text}")
+
+    def before(self, target: TargetConfig, step: Step) -> bool:
+        self.add(_step_text(target, step))
+        if isinstance(step, SendTestRequest):
+            self.test_request = step
+            return False
+        return True
+
+    def after(self, answer: object) -> None:
+        self.add(f"  -> {_answer_text(answer)}")
+        if isinstance(answer, ReadResult):
+            self.reading = answer.reading or self.reading
 
 
 def _step_text(target: TargetConfig, step: Step) -> str:
@@ -102,29 +111,9 @@ async def debug_poll(
     plan = poll_plan(
         target, history.baseline, time.time(), last_proven_alive_at=history.last_proven_alive_at
     )
-    payload_bytes = 0
-    answer: object = None
-    while not isinstance(step := await run_sized(payload_bytes, advance, plan, answer), PollResult):
-        into.add(_step_text(target, step))
-        if isinstance(step, SendTestRequest):
-            into.test_request = step
-            plan.close()
-            return
-        answer = await perform(session, target, step, max_payload_bytes=max_payload_bytes)
-        into.add(f"  -> {_answer_text(answer)}")
-        if isinstance(answer, ReadResult):
-            payload_bytes = max(payload_bytes, answer.payload_bytes)
-            into.reading = answer.reading or into.reading
-    into.outcome = PollOutcome(
-        verdict=step.verdict,
-        reading=step.reading,
-        finished_at=time.time(),
-        duration_seconds=time.monotonic() - into.started,
-        probes_sent=step.probes_sent,
-        probes_failed=step.probes_failed,
-        error_reason=step.error_reason,
-        probe_deferred=step.probe_deferred,
-    )
+    result = await drive(session, target, plan, max_payload_bytes=max_payload_bytes, watcher=into)
+    if result is not None:
+        into.outcome = outcome_of(result, into.started)
 
 
 def _sample_text(sample: EngineSample) -> str:
