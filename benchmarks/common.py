@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import signal
 import statistics
 import subprocess
+import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -89,6 +92,40 @@ def baseline_tree(ref: str | None) -> Iterator[Path | None]:
     with tempfile.TemporaryDirectory(prefix="stallwatch-baseline-") as directory:
         subprocess.run(["tar", "-x", "-C", directory], input=archive, check=True)
         yield Path(directory)
+
+
+@contextlib.contextmanager
+def exporter_child(
+    config: Mapping[str, object], workdir: Path, source: Path | None = None
+) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """`stallwatch exporter` with `config` as a child process (this checkout's code, or
+    `source`'s); yields it and its base URL, and stops it."""
+    path = workdir / "exporter.yml"
+    path.write_text(json.dumps(config))
+    process = subprocess.Popen(
+        [sys.executable, "-m", "stallwatch", "exporter", "--config", str(path)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=python_environment(source),
+        cwd=source,
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        if not line.startswith("listening on "):
+            raise RuntimeError("the exporter did not start")
+        yield process, line.removeprefix("listening on ").strip()
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(10)
+        if process.stdout is not None:
+            process.stdout.close()
 
 
 def python_environment(source: Path | None) -> dict[str, str]:

@@ -12,12 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
-import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -29,11 +26,11 @@ import aiohttp
 from benchmarks.common import (
     Section,
     baseline_tree,
+    exporter_child,
     fmt_seconds,
     git_describe,
     median,
     percentile,
-    python_environment,
     real_payload,
 )
 from benchmarks.scale import TargetServers, process_cpu_seconds
@@ -61,7 +58,6 @@ def exporter_process(
 ) -> Iterator[tuple[subprocess.Popen[str], str]]:
     """`stallwatch exporter` as a child process: this checkout's code, or `source`'s."""
     port = free_port()
-    config = workdir / "exporter.yml"
     # The modules share the 10,000 targets /probe remembers; the measured one takes nearly all.
     modules = {
         "vllm": {
@@ -78,31 +74,9 @@ def exporter_process(
             "max_targets": 100,
         },
     }
-    config.write_text(json.dumps({"listen": f"127.0.0.1:{port}", "modules": modules}))
-    process = subprocess.Popen(
-        [sys.executable, "-m", "stallwatch", "exporter", "--config", str(config)],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        env=python_environment(source),
-        cwd=source,
-    )
-    try:
-        assert process.stdout is not None
-        line = process.stdout.readline()
-        if not line.startswith("listening on "):
-            raise RuntimeError("the exporter did not start")
-        yield process, line.removeprefix("listening on ").strip()
-    finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(10)
-        if process.stdout is not None:
-            process.stdout.close()
+    config = {"listen": f"127.0.0.1:{port}", "modules": modules}
+    with exporter_child(config, workdir, source) as running:
+        yield running
 
 
 async def exporter_counter(session: aiohttp.ClientSession, url: str, name: str) -> float:

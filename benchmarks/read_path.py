@@ -15,15 +15,10 @@ polls come: every poll's finish time is read back from the exporter's own series
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
-import json
 import os
-import signal
-import subprocess
-import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import aiohttp
@@ -33,9 +28,9 @@ from benchmarks.common import (
     REAL_METRICS,
     Section,
     baseline_tree,
+    exporter_child,
     fmt_seconds,
     git_describe,
-    python_environment,
 )
 from benchmarks.parsing import time_per_call
 from benchmarks.scale import TargetServers
@@ -130,37 +125,6 @@ def _stage_times(first: str, second: str, budget: float) -> dict[str, float]:
     }
 
 
-@contextlib.contextmanager
-def _exporter(config: dict[str, object], source: Path | None) -> Iterator[str]:
-    with tempfile.TemporaryDirectory() as workdir:
-        path = Path(workdir) / "exporter.yml"
-        path.write_text(json.dumps(config))
-        process = subprocess.Popen(
-            [sys.executable, "-m", "stallwatch", "exporter", "--config", str(path)],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-            env=python_environment(source),
-            cwd=source,
-        )
-        try:
-            assert process.stdout is not None
-            line = process.stdout.readline()
-            if not line.startswith("listening on "):
-                raise RuntimeError("the exporter did not start")
-            yield line.removeprefix("listening on ").strip()
-        finally:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(10)
-            if process.stdout is not None:
-                process.stdout.close()
-
-
 async def _poll_times(session: aiohttp.ClientSession, url: str, target: str) -> float | None:
     async with session.get(url + "/metrics") as response:
         for line in (await response.text()).splitlines():
@@ -183,7 +147,10 @@ async def _lateness(
     config: dict[str, object] = {"listen": f"127.0.0.1:{free_port()}", "targets": targets}
     seen: set[float] = set()
     heavy_reads: set[float] = set()
-    with _exporter(config, source) as url:
+    with (
+        tempfile.TemporaryDirectory() as workdir,
+        exporter_child(config, Path(workdir), source) as (_, url),
+    ):
         async with aiohttp.ClientSession() as session:
             loop = asyncio.get_running_loop()
             deadline = loop.time() + seconds
@@ -259,7 +226,7 @@ def run(quick: bool, baseline: str | None = None) -> Section:
                 f"{fmt_seconds(stages['render_before'])} → {fmt_seconds(stages['render_now'])}",
             ]
         )
-    loop_seconds = 4.0 if quick else 30.0
+    loop_seconds = 8.0 if quick else 30.0
     lateness = asyncio.run(_event_loop_figures(baseline, loop_seconds))
     figures["event_loop"] = {
         name: {"largest_lateness_seconds": late, "healthy_polls": polls, "heavy_reads": heavy}
