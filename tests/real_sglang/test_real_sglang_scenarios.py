@@ -89,6 +89,32 @@ async def wait_for_decoding(session: aiohttp.ClientSession, url: str) -> None:
     raise AssertionError("the decode pass counter never moved")
 
 
+# Prefill passes a long prefill must have run before it counts as inside its chunks.
+PREFILL_PASSES_SEEN = 3
+
+
+async def start_prefill(
+    session: aiohttp.ClientSession, url: str, words: int
+) -> asyncio.Task[dict[str, Any]]:
+    """A prefill of `words` tokens, returned once the server runs it: its own prefill pass
+    counter (cumulative over the session's server, so counted from before the request) moved
+    by more than PREFILL_PASSES_SEEN and the request is in flight at its HTTP layer."""
+    passes = "sglang:cuda_graph_passes_total"
+    before = total(await metrics_text(session, url), passes, "prefill") or 0.0
+    prefill = asyncio.create_task(generate(session, url, words, 1))
+    for _ in range(600):
+        text = await metrics_text(session, url)
+        ran = (total(text, passes, "prefill") or 0.0) - before
+        in_flight = total(text, "sglang:http_requests_active", '"/generate"') or 0.0
+        if ran > PREFILL_PASSES_SEEN and in_flight >= 1:
+            return prefill
+        if prefill.done():
+            break
+        await asyncio.sleep(0.1)
+    await cancel([prefill])
+    raise AssertionError(f"the prefill never ran {PREFILL_PASSES_SEEN} passes in flight")
+
+
 def states(polls: list[TargetHistory]) -> list[str]:
     return [str(poll.state) for poll in polls]
 
@@ -152,14 +178,9 @@ async def _observe_prefill(
 ) -> tuple[list[TargetHistory], list[str], bool]:
     """Polls during one prefill of `words` tokens: the polls, what the server's own gauges
     showed meanwhile, and whether the prefill was still running after the last poll."""
-    prefill = asyncio.create_task(generate(session, url, words, 1))
+    prefill = await start_prefill(session, url, words)
     shown: list[str] = []
     try:
-        for _ in range(600):
-            text = await metrics_text(session, url)
-            if (total(text, "sglang:cuda_graph_passes_total", "prefill") or 0) > 3:
-                break
-            await asyncio.sleep(0.1)
         async with exporter_for(sglang_target(url)) as (service, _):
             polls = await record_histories(
                 service, NAME, until=lambda h: h.polls >= PREFILL_POLLS, timeout=120
@@ -271,13 +292,8 @@ async def test_scheduler_frozen_in_a_chunked_prefill_reads_stalled_twice(
     """SIGSTOP of the scheduler in a long chunked prefill, both work gauges at 0 and one
     /generate in flight: stalled twice in a row (stuck), never idle, no test request."""
     async with client() as session:
-        prefill = asyncio.create_task(generate(session, real_sglang.base_url, PREFILL_WORDS, 1))
+        prefill = await start_prefill(session, real_sglang.base_url, PREFILL_WORDS)
         try:
-            for _ in range(600):
-                text = await metrics_text(session, real_sglang.base_url)
-                if (total(text, "sglang:cuda_graph_passes_total", "prefill") or 0) > 3:
-                    break
-                await asyncio.sleep(0.1)
             real_sglang.freeze_scheduler()
             try:
                 text = await metrics_text(session, real_sglang.base_url)
