@@ -54,7 +54,18 @@ def forgotten(last_asked: Mapping[K, tuple[float, float]], now: float) -> list[K
 
     `last_asked` maps each target to (when a `/probe` last asked for it, its forget_after).
     """
-    return [key for key, (at, forget_after) in last_asked.items() if now - at > forget_after]
+    return [key for key, (at, after) in last_asked.items() if asked_too_long_ago(at, after, now)]
+
+
+def asked_too_long_ago(asked_at: float, forget_after: float, now: float) -> bool:
+    """Whether a target last asked for at `asked_at` is to be forgotten at `now`."""
+    return now - asked_at > forget_after
+
+
+def sweep_due(next_sweep_at: float | None, now: float, every: float) -> bool:
+    """Whether to walk the table for targets to forget: the first time, once `every` has
+    passed since the last walk, or when the clock went back past it."""
+    return next_sweep_at is None or not next_sweep_at - every <= now < next_sweep_at
 
 
 def has_room(remembered: int, *, known: bool, max_targets: int) -> bool:

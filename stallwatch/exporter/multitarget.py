@@ -43,9 +43,11 @@ from stallwatch.core.probe_schedule import (
     ReadBudget,
     ReadClock,
     after_read,
+    asked_too_long_ago,
     forgotten,
     no_room,
     read_due,
+    sweep_due,
 )
 from stallwatch.exporter.collector import TargetCollector
 from stallwatch.exporter.exposition import exposition
@@ -170,7 +172,11 @@ class ProbeService:
         self._forget_idle(now)
         key = (module_name, target.url)
         entry = self.entries.get(key)
-        if entry is not None and entry.reading is None and self._idle_too_long(key, entry, now):
+        if (
+            entry is not None
+            and entry.reading is None
+            and asked_too_long_ago(entry.last_asked_at, entry.module.forget_after_seconds, now)
+        ):
             # The sweep runs at most once a second: a target asked for past its forget_after
             # starts anew all the same.
             self._forget(key)
@@ -313,9 +319,7 @@ class ProbeService:
             entry.reading = None
 
     def _forget_idle(self, now: float) -> None:
-        if self._next_sweep_at is not None and self._next_sweep_at > now >= (
-            self._next_sweep_at - FORGET_SWEEP_SECONDS
-        ):
+        if not sweep_due(self._next_sweep_at, now, FORGET_SWEEP_SECONDS):
             return
         self._next_sweep_at = now + FORGET_SWEEP_SECONDS
         asked = {
@@ -325,10 +329,6 @@ class ProbeService:
         }
         for key in forgotten(asked, now):
             self._forget(key)
-
-    @staticmethod
-    def _idle_too_long(key: tuple[str, str], entry: _Entry, now: float) -> bool:
-        return bool(forgotten({key: (entry.last_asked_at, entry.module.forget_after_seconds)}, now))
 
     def _forget(self, key: tuple[str, str]) -> None:
         entry = self.entries.pop(key, None)

@@ -14,6 +14,7 @@ from stallwatch.core.probe_schedule import (
     has_room,
     no_room,
     read_due,
+    sweep_due,
 )
 
 INTERVAL = 15.0
@@ -140,3 +141,15 @@ def test_a_module_that_remembers_its_maximum_refuses_new_targets(
 ) -> None:
     """A module at its own cap refuses a new target before the whole table is full."""
     assert no_room(remembered, in_module, max_targets=10, module_max=2) == reason
+
+
+@pytest.mark.parametrize(
+    ("next_sweep_at", "now", "due"),
+    [(None, 5.0, True), (10.0, 9.5, False), (10.0, 10.0, True), (10.0, 8.9, True)],
+    ids=["first", "within the second", "a second later", "clock went back"],
+)
+def test_the_forget_sweep_runs_once_a_second_or_when_the_clock_went_back(
+    next_sweep_at: float | None, now: float, due: bool
+) -> None:
+    """The table is walked the first time, a second after the last walk, or after a clock jump."""
+    assert sweep_due(next_sweep_at, now, 1.0) is due
