@@ -21,6 +21,11 @@ from stallwatch.common.kubernetes_config import (
     kubernetes_settings_from,
     pod_rules_from,
 )
+from stallwatch.common.quarantine_config import (
+    DEFAULT_POOL,
+    QuarantineSettings,
+    quarantine_settings_from,
+)
 from stallwatch.common.restart_limits import (
     BUDGET_KEYS,
     DEFAULT_MAX_HOLD,
@@ -135,6 +140,8 @@ class Target:
     cooldown_auto: CooldownAuto | None = None
     # How long the restarter must itself see no progress before it acts (0: at once).
     restart_after: float = DEFAULT_RESTART_AFTER
+    # The replicas it stands in for: a quarantine never takes out the last of them.
+    pool: str = DEFAULT_POOL
 
 
 @dataclass(frozen=True)
@@ -159,6 +166,7 @@ class RestarterConfig:
     # Each target's restart window unless it sets its own; the longest hold allowed.
     restart_after: float = DEFAULT_RESTART_AFTER
     max_hold: float = DEFAULT_MAX_HOLD
+    quarantine: QuarantineSettings = field(default_factory=QuarantineSettings)
     source: str = "<memory>"
     # What the file asks for that still works but should change (deprecated keys).
     warnings: tuple[str, ...] = ()
@@ -263,6 +271,7 @@ _TARGET_KEYS = (
     "action_timeout",
     "cooldown_auto",
     "restart_after",
+    "pool",
 )
 
 
@@ -330,6 +339,7 @@ def _target(
         budget=limits,
         action_timeout=action_timeout,
         restart_after=restart_window,
+        pool=section.string("pool", DEFAULT_POOL),
     )
 
 
@@ -353,6 +363,7 @@ _TOP_KEYS = (
     "targets",
     "rules",
     "kubernetes",
+    "quarantine",
 )
 
 
@@ -409,6 +420,7 @@ def restarter_config_from_mapping(data: object, source: str, base_dir: Path) -> 
         ),
         restart_after=restart_after_from(top, DEFAULT_RESTART_AFTER),
         max_hold=top.duration("max_hold", DEFAULT_MAX_HOLD),
+        quarantine=quarantine_settings_from(top),
         source=source,
     )
     targets: list[Target] = []

@@ -118,6 +118,7 @@ class History:
     `controls`: the breaker and the pause switch.
     `load_seconds`: each target's last measured model-load time (for `cooldown: auto`).
     `holds`: the holds in force, by target.
+    `acting`: the targets whose restart action is running now.
     """
 
     restarts: tuple[PastRestart, ...] = ()
@@ -127,6 +128,7 @@ class History:
     controls: Controls = field(default_factory=Controls)
     load_seconds: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
     holds: Mapping[str, Hold] = field(default_factory=lambda: NO_HOLDS)
+    acting: frozenset[str] = frozenset()
 
 
 def alert_key(alert: Alert) -> str:
