@@ -19,6 +19,7 @@ import aiohttp
 
 from stallwatch import USER_AGENT
 from stallwatch.common.restarter_config import RestarterConfig, Target
+from stallwatch.core.alert_plan import AlertMemory
 from stallwatch.core.alerts import Alert, Notification
 from stallwatch.core.holds import Hold
 from stallwatch.core.lease import merge_restarts
@@ -31,6 +32,7 @@ from stallwatch.core.policy import (
     lookback_seconds,
 )
 from stallwatch.core.poll_plan import ReadResult
+from stallwatch.core.quarantine import Verdict, verdict
 from stallwatch.net.fetch import read_metrics
 from stallwatch.restarter.background import BackgroundActions
 from stallwatch.restarter.confirm import Confirmations, Confirmer, confirm_stall
@@ -84,6 +86,8 @@ class Restarter:
         # On Kubernetes (set up on start): pod targets, the Lease, Events.
         self.kube: KubeSide | None = None
         self._refusals: dict[tuple[str, str], Decision] = {}
+        # The windows, the waiting alerts and who is out of rotation (core/alert_plan.py).
+        self.memory = AlertMemory()
         self.fleet = FleetGuard(self.journal, self.metrics, lambda: self.config, clock)
         self.windows = RestartWindows(
             self.metrics, clock=clock, locks=self.locks, fresh_read=self._fresh_read
@@ -100,6 +104,23 @@ class Restarter:
         )
         self.background = BackgroundActions(self.journal, self.metrics, self.fleet, clock)
         self.background.close_interrupted()
+
+    def verdict(self, target: str) -> Verdict:
+        """What routers are told about `target`: routable unless quarantined (unknown targets
+        are routable: routers fail open, and so does the verdict)."""
+        return verdict(target, self.memory.quarantines)
+
+    def verdicts(self) -> dict[str, Verdict]:
+        """The verdict of every configured target and every quarantined one."""
+        names = {target.name for target in self.config.targets} | set(self.memory.quarantines)
+        return {name: self.verdict(name) for name in sorted(names)}
+
+    def pool_members(self, target: Target) -> tuple[str, ...]:
+        """The targets of `target`'s pool, itself included: on Kubernetes the pods of its
+        workload, elsewhere the configured targets with the same `pool`."""
+        if self.kube is not None:
+            return self.kube.pool_members(target)
+        return tuple(t.name for t in self.config.targets if t.pool == target.pool)
 
     @property
     def actions(self) -> set[asyncio.Task[None]]:

@@ -117,6 +117,10 @@ class KubeSide:
         return max(spans)
 
     # --- targets from the rules -------------------------------------------------------------
+    def pool_members(self, target: Target) -> tuple[str, ...]:
+        """The targets of `target`'s pool (the pods of one workload), itself included."""
+        return (target.name,)
+
     def effective(self, config: RestarterConfig) -> RestarterConfig:
         """`config` with the pod targets the rules resolved (fixed targets win a name clash)."""
         self.config = config
