@@ -6,6 +6,7 @@ from its journal. What to do is the core's (`core/alert_plan.py`, `core/quaranti
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from dataclasses import replace
 from typing import TYPE_CHECKING, Protocol
@@ -158,10 +159,8 @@ class Rotation:
         names = {t.name for t in owner.config.targets} | set(owner.memory.quarantines)
         for name in self._shown - names:
             for gauge in (metrics.routable, metrics.quarantine_seconds):
-                try:
+                with contextlib.suppress(KeyError):
                     gauge.remove(name)
-                except KeyError:
-                    pass
         for name in names:
             quarantine = owner.memory.quarantines.get(name)
             metrics.routable.labels(target=name).set(0 if quarantine else 1)
