@@ -600,3 +600,16 @@ def expedite_holds(memory: AlertMemory, held: Collection[str], now: float) -> Al
         for key, w in memory.waiting.items()
     }
     return replace(memory, waiting=MappingProxyType(entries))
+
+
+def window_alert(window: RestartWindow) -> Alert:
+    """The alert episode a window was opened for, as the journal names it (fingerprint and
+    startsAt), for the row that closes the window outside any delivery (a look that saw the
+    target move)."""
+    fingerprint, _, starts_at = window.alert.partition("@")
+    return Alert(
+        status="firing",
+        labels={"alertname": "", "target": window.target},
+        fingerprint=fingerprint,
+        starts_at=starts_at,
+    )

@@ -39,6 +39,7 @@ from stallwatch.core.alert_plan import (
     look_plan,
     resolved_plan,
     settle_plan,
+    window_alert,
 )
 from stallwatch.core.alerts import Alert, Notification
 from stallwatch.core.holds import Hold
@@ -497,9 +498,7 @@ class Restarter:
             now = self.clock()
             self.memory = outcome.applied(self.memory, now)
             if outcome.settled is not None and outcome.near_miss is not None:
-                self.journal.record_decision(
-                    _window_alert(outcome.near_miss.alert, target.name), outcome.settled, now
-                )
+                self.journal.record_decision(window_alert(outcome.near_miss), outcome.settled, now)
             self.rotation.effects(outcome, None, None, now)
             self.metrics.restart_windows.set(len(self.memory.windows))
 
@@ -522,15 +521,3 @@ class Restarter:
         self.fleet.refresh_gauges()
         self.holds.refresh_gauges()
         self.rotation.refresh_gauges(now)
-
-
-def _window_alert(key: str, target: str) -> Alert:
-    """The alert episode a window was opened for, as the journal names it (fingerprint and
-    startsAt), for the row that closes the window outside any delivery."""
-    fingerprint, _, starts_at = key.partition("@")
-    return Alert(
-        status="firing",
-        labels={"alertname": "", "target": target},
-        fingerprint=fingerprint,
-        starts_at=starts_at,
-    )
