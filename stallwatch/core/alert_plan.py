@@ -109,7 +109,7 @@ class FreshRead:
 
 
 @dataclass(frozen=True)
-class TestRequest:
+class AskTestRequest:
     """Answered with (passed, detail) of one `max_tokens: 1` request for `model` ("": the
     server's one model) to a quarantined target (out of rotation, no user shares its queue)."""
 
@@ -117,7 +117,7 @@ class TestRequest:
     model: str = ""
 
 
-Step = AskClock | AskHistory | AskMemory | AskPool | Confirm | FreshRead | TestRequest
+Step = AskClock | AskHistory | AskMemory | AskPool | Confirm | FreshRead | AskTestRequest
 
 
 # The state between alerts.
@@ -539,9 +539,9 @@ def look_plan(target: Target, settings: QuarantineSettings) -> Plan:
     )
     if judged.step == "test_request" and judged.quarantine is not None:
         model = read.model_names[0] if isinstance(read, Reading) and read.model_names else ""
-        answer = yield TestRequest(target, model)
+        answer = yield AskTestRequest(target, model)
         if not isinstance(answer, tuple):
-            raise TypeError(f"TestRequest answered with {type(answer).__name__}")
+            raise TypeError(f"AskTestRequest answered with {type(answer).__name__}")
         passed, detail = answer
         now = yield from _clock()
         judged = after_test_request(judged.quarantine, bool(passed), str(detail), now)

@@ -24,11 +24,11 @@ from stallwatch.core.alert_plan import (
     AskHistory,
     AskMemory,
     AskPool,
+    AskTestRequest,
     Confirm,
     FreshRead,
     Plan,
     RoutingChange,
-    TestRequest,
     advance,
     due_waiting,
     expedite_holds,
@@ -140,7 +140,7 @@ class VirtualRestarter:
                 return tuple(t.name for t in self.config.targets if t.pool == target.pool)
             case FreshRead(target=target):
                 return self.world.fresh_read(target, now)
-            case TestRequest(target=target):
+            case AskTestRequest(target=target):
                 return self.world.test_request(target, now)
         raise TypeError(f"a step the replay does not answer: {step!r}")
 

@@ -40,7 +40,7 @@ class Owner(Protocol):
 
     def clock(self) -> float: ...
 
-    async def look(self, target: Target) -> None: ...
+    async def look_at(self, target: Target) -> None: ...
 
 
 class Rotation:
@@ -193,7 +193,7 @@ class Rotation:
 
     async def _look(self, target: Target) -> None:
         try:
-            await self.owner.look(target)
+            await self.owner.look_at(target)
         except JournalError as error:
             log.error("quarantine of %s not looked at: %s", printable(target.name), error)
         except Exception:  # a bug in one look must not end the looks

@@ -30,10 +30,10 @@ from stallwatch.core.alert_plan import (
     AskHistory,
     AskMemory,
     AskPool,
+    AskTestRequest,
     Confirm,
     FreshRead,
     Plan,
-    TestRequest,
     advance,
     firing_plan,
     look_plan,
@@ -263,7 +263,7 @@ class Restarter:
                     )
                 case FreshRead(target=target):
                     answer = await fresh_read(self._session, target, self.config.confirm.timeout)
-                case TestRequest(target=target, model=model):
+                case AskTestRequest(target=target, model=model):
                     answer = await test_request(self.session, target, model, self.config.quarantine)
                 case _:
                     answer = self._answer_now(step, None)
@@ -490,7 +490,7 @@ class Restarter:
         except Exception:  # a bug in one settling must not go unseen
             log.exception("restart window not settled")
 
-    async def look(self, target: Target) -> None:
+    async def look_at(self, target: Target) -> None:
         """One look at a quarantined target, under its lock (`rotation.py` calls it)."""
         lock = self.locks.setdefault(target.name, asyncio.Lock())
         async with lock:
