@@ -2,13 +2,11 @@
 
 Every decision is the project's own pure step: the exporter's poll plan (`core/poll_plan.py`,
 the same the exporter drives; its steps answered by the simulated server) and `TargetHistory`;
-the restart alerts' condition
-(`restart_alerts`, with the hold clause on the scraped hold gauge); the restarter's `decide`
-(with the holds in force, `current_holds`), then `decide_confirmed` on two fresh reads judged
-by `judge_reads`, then `with_window` keyed by `alert_key`, as the restarter's `RestartWindows`
-drives it: an alert waiting in its window is judged again when the window ends, and one that
-resolves closes its window as a near miss. Only the timing of Prometheus (scrape, evaluation)
-and Alertmanager (group_wait, group_interval, repeat_interval) is modelled here.
+the restart alerts' condition (`restart_alerts`, with the hold clause on the scraped hold
+gauge); and the restarter's own alert plans (`core/alert_plan.py`: the cheap checks, two fresh
+reads, the restart window, the quarantine) driven on the virtual clock by `replay/restarter.py`
+as the restarter drives them. Only the timing of Prometheus (scrape, evaluation) and
+Alertmanager (group_wait, group_interval, repeat_interval) is modelled here.
 """
 
 from __future__ import annotations
