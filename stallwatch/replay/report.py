@@ -331,5 +331,6 @@ def silence_assumptions(config: ReplayConfig) -> list[str]:
         f"{config.start_autotune_seconds[1]:g} s after the weights load; {port}",
         f"stallwatch restarts only a stall its restarter has seen last restart_after "
         f"({config.restart_after:g} s), judged again when the window ends (the restarter's "
-        "alert plans, core/alert_plan.py); the two-poll rule column is the same day with restart_after 0",
+        "alert plans, core/alert_plan.py); the two-poll rule column is the same day with "
+        "restart_after 0",
     ]
