@@ -155,6 +155,8 @@ class Restarter:
         self.holds.refresh_gauges()
         self._lookback = lookback_seconds(config)
         self.rotation.follow_config()
+        # A target that left (a reload, a pod that is gone) takes its series with it.
+        self.metrics.keep_only({t.name for t in config.targets} | set(self.memory.quarantines))
 
     @property
     def session(self) -> aiohttp.ClientSession:
