@@ -222,8 +222,7 @@ class RestarterMetrics:
         return [
             family
             for family in vars(self).values()
-            if isinstance(family, Counter | Gauge | Histogram)
-            and "target" in family._labelnames
+            if isinstance(family, Counter | Gauge | Histogram) and "target" in family._labelnames
         ]
 
     def exposition(self) -> bytes:

@@ -17,7 +17,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import aiohttp
 
@@ -67,7 +67,7 @@ log = logging.getLogger("stallwatch.restarter")
 # the disk) per batch, and the event loop gets a turn between batches.
 JUDGED_PER_COMMIT = 200
 # A decision the journal could not record (nothing is run unrecorded).
-JOURNAL_UNWRITABLE = "journal_unwritable"
+JOURNAL_UNWRITABLE: Literal["journal_unwritable"] = "journal_unwritable"
 
 
 class _Pending:
