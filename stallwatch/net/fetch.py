@@ -161,11 +161,6 @@ async def ask_models(
     )
 
 
-async def models_answer(session: aiohttp.ClientSession, base_url: str, *, timeout: float) -> bool:
-    """Whether `GET /v1/models` answers 200 with a model list (touches no engine)."""
-    return (await ask_models(session, base_url, timeout=timeout)).listed
-
-
 def probe_request(
     model: str, endpoint: Literal["completions", "chat"]
 ) -> tuple[str, dict[str, Any]]:

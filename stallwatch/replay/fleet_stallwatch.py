@@ -36,11 +36,10 @@ from stallwatch.core.policy import (
 )
 from stallwatch.core.reading import EngineSample, Reading
 from stallwatch.core.rules import RESTART_ALERT_STATES, restart_alert_fires
-from stallwatch.replay.clock import Scheduler
+from stallwatch.replay.clock import Scheduler, rfc3339
 from stallwatch.replay.fleet_plan import FleetPlan
 from stallwatch.replay.fleet_state import FleetState, WayTally
 from stallwatch.replay.restarter import VirtualRestarter
-from stallwatch.replay.stallwatch_way import _rfc3339
 
 ACTION_SECONDS = 2.0
 
@@ -266,7 +265,7 @@ class FleetStallwatch:
                 status="firing",
                 labels={"alertname": alertname, "target": name, "severity": "critical"},
                 fingerprint=f"{alertname}:{name}",
-                starts_at=_rfc3339(episode.starts_at),
+                starts_at=rfc3339(episode.starts_at),
             )
             episode.alert = alert
             self.seen_stalled.setdefault(name, now)

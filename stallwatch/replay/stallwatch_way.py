@@ -14,7 +14,6 @@ from __future__ import annotations
 import random
 from collections import Counter
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import assert_never
 
 from stallwatch.common.exporter_config import IdleTestRequestConfig, TargetConfig
@@ -55,7 +54,7 @@ from stallwatch.core.poll_plan import (
 )
 from stallwatch.core.reading import Reading
 from stallwatch.core.rules import ADMISSION_STALLED_ALERT, DEGRADED_ALERT, restart_alerts
-from stallwatch.replay.clock import Scheduler
+from stallwatch.replay.clock import Scheduler, rfc3339
 from stallwatch.replay.config import ReplayConfig
 from stallwatch.replay.degraded import DegradedAlert
 from stallwatch.replay.restarter import VirtualRestarter
@@ -70,13 +69,6 @@ DEGRADATION_RULES: dict[str, tuple[frozenset[str], float]] = {
         300.0,
     ),
 }
-
-# Day zero of the replay, only used to write alert startsAt timestamps.
-EPOCH = 1_767_225_600.0  # 2026-01-01T00:00:00Z
-
-
-def _rfc3339(seconds: float) -> str:
-    return datetime.fromtimestamp(EPOCH + seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def exporter_target(config: ReplayConfig) -> TargetConfig:
@@ -297,7 +289,7 @@ class Stallwatch:
             status="firing",
             labels={"alertname": alertname, "target": TARGET_NAME, "severity": "critical"},
             fingerprint=f"{alertname}:{TARGET_NAME}",
-            starts_at=_rfc3339(episode.starts_at),
+            starts_at=rfc3339(episode.starts_at),
         )
         episode.alert = alert
         self._receive(alert, now)
