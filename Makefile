@@ -98,5 +98,17 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
+# The release artifacts in dist/: wheel and sdist (checked by twine, the wheel installed into a
+# clean virtual environment where --version, exporter --help and one /probe of the simulator
+# must work) and the Helm chart. The image: `podman build -t stallwatch:VERSION .` (the stack
+# tier builds it).
+dist: $(STAMP) $(TOOLS_STAMP)
+	rm -rf dist
+	$(BIN)/python -m build --outdir dist .
+	$(BIN)/twine check --strict dist/*.whl dist/*.tar.gz
+	$(BIN)/python scripts/check_dist.py dist/stallwatch-*.whl
+	$(BIN)/helm lint --strict charts/stallwatch
+	$(BIN)/helm package charts/stallwatch --destination dist
+
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build dist *.egg-info
