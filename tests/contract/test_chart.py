@@ -261,6 +261,15 @@ def test_the_admission_policy_without_readiness_gates_is_refused() -> None:
     assert "readinessGate" in result.stderr
 
 
+def test_the_admission_policy_needs_kubernetes_1_30() -> None:
+    """On a cluster older than 1.30 (no ValidatingAdmissionPolicy v1) the policy fails the
+    install, saying why, instead of an unknown kind at apply."""
+    result = helm_template(*values("quarantine-readinessgate"), "--kube-version", "1.29.0")
+    assert result.returncode != 0
+    assert "needs Kubernetes 1.30 or newer; this cluster is v1.29.0" in result.stderr
+    assert render(*values("quarantine-readinessgate"), "--kube-version", "1.30.0")
+
+
 def test_a_bare_off_in_values_is_quarantine_mode_off() -> None:
     """`mode: off` unquoted (YAML's false) is mode off, written quoted into restarter.yml."""
     docs = render("--set", "restarter.enabled=true", "--set", "restarter.quarantine.mode=false")
