@@ -14,7 +14,6 @@ import pytest
 from tests.real.vllm_server import SETUP_SCRIPT, RealVllmFactory, RealVllmServer
 from tests.support.real_environment import ensure_environment
 
-REAL_DIR = Path(__file__).resolve().parent
 SETUP_TIMEOUT_S = 3600
 SETUP_LOG_TAIL_LINES = 120
 
@@ -22,11 +21,6 @@ SETUP_LOG_TAIL_LINES = 120
 # without starting one itself.
 _SESSION_SERVERS: list[RealVllmServer] = []
 
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if REAL_DIR in item.path.parents:
-            item.add_marker(pytest.mark.real)
 
 
 @pytest.fixture(scope="session")

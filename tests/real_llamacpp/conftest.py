@@ -15,14 +15,8 @@ import pytest
 from tests.real_llamacpp.llamacpp_server import SETUP_SCRIPT, RealLlamaServer
 from tests.support.real_environment import ensure_environment, load_setup_script
 
-TIER_DIR = Path(__file__).resolve().parent
 SETUP_TIMEOUT_S = 900
 
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if TIER_DIR in item.path.parents:
-            item.add_marker(pytest.mark.real)
 
 
 @pytest.fixture(scope="session")

@@ -17,16 +17,10 @@ import pytest
 from tests.real_sglang.sglang_server import SETUP_SCRIPT, RealSglangServer, wait_until_quiet
 from tests.support.real_environment import ensure_environment, load_setup_script
 
-TIER_DIR = Path(__file__).resolve().parent
 # The module-scoped servers, which one case hands on to the next.
 SERVERS = ("real_sglang", "rust_sglang")
 SETUP_TIMEOUT_S = 3600
 
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if TIER_DIR in item.path.parents:
-            item.add_marker(pytest.mark.real)
 
 
 @pytest.fixture(scope="session")
