@@ -22,7 +22,6 @@ SETUP_LOG_TAIL_LINES = 120
 _SESSION_SERVERS: list[RealVllmServer] = []
 
 
-
 @pytest.fixture(scope="session")
 def real_vllm_environment(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Makes sure .venv-vllm and the tiny model exist (runs the setup if not); returns a log dir."""

@@ -18,7 +18,6 @@ from tests.support.real_environment import ensure_environment, load_setup_script
 SETUP_TIMEOUT_S = 900
 
 
-
 @pytest.fixture(scope="session")
 def real_llamacpp_environment(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Skips on a CPU without AVX-512; builds .venv-llamacpp if missing; returns a log dir."""

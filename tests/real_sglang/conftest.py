@@ -22,7 +22,6 @@ SERVERS = ("real_sglang", "rust_sglang")
 SETUP_TIMEOUT_S = 3600
 
 
-
 @pytest.fixture(scope="session")
 def real_sglang_environment(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Skips where the recipe cannot run; builds .venv-sglang if missing; returns a log dir."""
