@@ -7,7 +7,6 @@ import json
 import logging
 import os
 import signal
-import subprocess
 import sys
 from pathlib import Path
 
@@ -18,24 +17,14 @@ from aiohttp import web
 from stallwatch import USER_AGENT
 from stallwatch.common.cli import EXIT_USAGE
 from stallwatch.common.config_files import load_exporter_config
-from stallwatch.common.exporter_config import IdleTestRequestConfig, TargetConfig
 from stallwatch.core.classify import State
 from stallwatch.exporter.app import reload_config, running_exporter
 from stallwatch.exporter.check_cli import EXIT_DOWN, EXIT_OK, EXIT_STUCK, EXIT_UNKNOWN, run_check
 from stallwatch.localstack.processes import free_port
 from stallwatch.simulator.load import run_load
 from stallwatch.simulator.testing import running_simulator
+from tests.support.check import check_target, run_cli
 from tests.support.exporter import wait_until
-
-
-def check_target(url: str, interval: float = 0.3) -> TargetConfig:
-    return TargetConfig(
-        name="check",
-        url=url,
-        interval_seconds=interval,
-        timeout_seconds=interval,
-        test_request=IdleTestRequestConfig(timeout_seconds=0.5),
-    )
 
 
 async def test_check_busy_server_exits_zero_without_a_test_request() -> None:
@@ -119,16 +108,6 @@ async def test_check_survives_a_garbled_payload() -> None:
         await runner.cleanup()
     assert result.exit_code == EXIT_UNKNOWN
     assert result.history.poll_errors.get("parse") == 1
-
-
-def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "stallwatch", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
 
 
 async def test_check_command_prints_json_and_exits_with_the_verdict() -> None:

@@ -15,11 +15,9 @@ import pytest
 
 from stallwatch.restarter.actions import run_argv
 from tests.component.docker_fake import fake_docker_engine
-from tests.component.test_restarter_actions import fake_docker, short_tmp_dir
 from tests.component.wedged import kill_group, start_wedged, wedged_argv
-
-ACTIONS = Path(__file__).resolve().parents[2] / "examples" / "actions"
-
+from tests.support.actions import ACTIONS
+from tests.support.docker import fake_docker, short_tmp_dir
 
 # What `systemctl show -p TimeoutStopUSec -p KillMode -p SendSIGKILL` prints for
 # examples/systemd/vllm@.service.

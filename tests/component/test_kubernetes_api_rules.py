@@ -12,13 +12,16 @@ from typing import Any
 
 import aiohttp
 import pytest
-from kubernetes_asyncio import client, config
 
 from stallwatch.common.kubernetes_config import KubernetesAction, KubernetesSettings
 from stallwatch.restarter.kube.action import PodRestarter
 from stallwatch.restarter.kube.api import KubeApi
-from tests.component.test_restarter_kubernetes import SERVER_LABELS, fake_kube
 from tests.support.kube_fake import ADMIN_TOKEN, FakeKube, make_pod
+from tests.support.kube_restarter import (
+    SERVER_LABELS,
+    describe_pod_events,
+    fake_kube,
+)
 
 # 2026-11-30T00:53:20Z: a whole second, which isoformat() writes without a fraction.
 WHOLE_SECOND = 1_796_000_000.0
@@ -70,29 +73,6 @@ def event_body(**fields: Any) -> dict[str, Any]:
         "type": "Normal",
         **fields,
     }
-
-
-async def describe_pod_events(fake: FakeKube, directory: Path, namespace: str, name: str) -> Any:
-    """The Events `kubectl describe pod` shows: it reads the pod, then lists the Events with
-    the field selector client-go's GetFieldSelector builds from the pod's reference (kind,
-    name, namespace and uid; kubectl pkg/describe/describe.go searchEvents, limit 500)."""
-    configuration = client.Configuration()
-    await config.load_kube_config(
-        config_file=str(fake.kubeconfig(directory, admin=True)),
-        client_configuration=configuration,
-        persist_config=False,
-    )
-    async with client.ApiClient(configuration) as api_client:
-        core = client.CoreV1Api(api_client)
-        pod = await core.read_namespaced_pod(name, namespace)
-        fields = {
-            "involvedObject.kind": "Pod",
-            "involvedObject.name": name,
-            "involvedObject.namespace": namespace,
-            "involvedObject.uid": pod.metadata.uid,
-        }
-        selector = ",".join(f"{key}={value}" for key, value in sorted(fields.items()))
-        return await core.list_namespaced_event(namespace, field_selector=selector, limit=500)
 
 
 # --- times ----------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from stallwatch.common.cli import EXIT_USAGE
 from stallwatch.core.classify import State
 from stallwatch.exporter.check_cli import run_check
 from stallwatch.simulator.testing import running_simulator
-from tests.component.test_check_and_reload import check_target, run_cli
+from tests.support.check import check_target, run_cli
 
 
 async def test_simulator_answers_every_path_under_metrics_with_metrics() -> None:

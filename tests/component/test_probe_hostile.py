@@ -7,8 +7,7 @@ import aiohttp
 from stallwatch.exporter.multitarget import MAX_SPELLINGS_RENDERED
 from stallwatch.simulator.server import SimConfig
 from stallwatch.simulator.testing import running_simulator
-
-from .test_probe_mode import config, exporter, probe, value
+from tests.support.probe import config, exporter, probe, value
 
 
 async def test_many_spellings_of_one_server_keep_one_entry_and_bounded_answers() -> None:

@@ -5,52 +5,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 from aiohttp import web
-from prometheus_client.parser import text_string_to_metric_families
 
 from stallwatch import USER_AGENT
 from stallwatch.common.allowlist import parse_target
-from stallwatch.common.exporter_config import ExporterConfig, exporter_config_from_mapping
-from stallwatch.exporter.app import running_exporter
+from stallwatch.common.exporter_config import ExporterConfig
 from stallwatch.exporter.multitarget import FORGET_SWEEP_SECONDS
-from stallwatch.exporter.service import ExporterService
 from stallwatch.simulator.server import SimConfig
 from stallwatch.simulator.testing import running_simulator
 from tests.support.exporter import target, wait_until
-
-
-def config(modules: dict[str, Any], **top: Any) -> ExporterConfig:
-    return exporter_config_from_mapping({"modules": modules, **top}, "exporter.yml")
-
-
-@contextlib.asynccontextmanager
-async def exporter(cfg: ExporterConfig) -> AsyncIterator[tuple[ExporterService, str]]:
-    async with running_exporter(cfg, Path("exporter.yml"), port=0) as running:
-        yield running
-
-
-def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    out = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            out[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
-    return out
-
-
-def value(text: str, name: str, **labels: str) -> float | None:
-    return samples(text).get((name, tuple(sorted(labels.items()))))
-
-
-async def probe(
-    session: aiohttp.ClientSession, url: str, target: str, module: str = "m"
-) -> tuple[int, str]:
-    async with session.get(f"{url}/probe", params={"target": target, "module": module}) as r:
-        return r.status, await r.text()
+from tests.support.probe import config, exporter, probe, samples, value
 
 
 async def test_probe_answers_the_target_series_with_the_target_label() -> None:

@@ -6,13 +6,10 @@ import asyncio
 import contextlib
 import json
 import os
-import shutil
 import signal
 import stat
 import sys
-import tempfile
 import tracemalloc
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +20,7 @@ from aiohttp.test_utils import TestServer
 
 from stallwatch.restarter.actions import run_argv
 from stallwatch.restarter.service import Restarter
+from tests.support.docker import fake_docker, short_tmp_dir
 from tests.support.restarter import (
     alert,
     fake_vllm,
@@ -118,40 +116,6 @@ async def test_action_timeout_is_journaled_and_cooldown_applies(tmp_path: Path) 
     pid = int(pid_file.read_text())
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)  # the timed-out command was killed, not left behind
-
-
-@contextlib.contextmanager
-def short_tmp_dir() -> Iterator[Path]:
-    """A directory with a short path: a Unix socket path is limited to about 100 bytes."""
-    path = Path(tempfile.mkdtemp(prefix="sw-"))
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
-
-
-@contextlib.asynccontextmanager
-async def fake_docker(socket_path: Path, containers: set[str]) -> AsyncIterator[list[str]]:
-    """A Docker Engine API on a Unix socket that knows `containers`; yields the requests seen."""
-    seen: list[str] = []
-
-    async def restart(request: web.Request) -> web.Response:
-        seen.append(str(request.rel_url))
-        name = request.match_info["name"]
-        if name not in containers:
-            return web.json_response({"message": f"No such container: {name}"}, status=404)
-        return web.Response(status=204)
-
-    app = web.Application()
-    app.router.add_post("/containers/{name}/restart", restart)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.UnixSite(runner, str(socket_path))
-    await site.start()
-    try:
-        yield seen
-    finally:
-        await runner.cleanup()
 
 
 async def test_docker_restart_over_the_engine_socket(tmp_path: Path) -> None:

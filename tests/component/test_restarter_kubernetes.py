@@ -4,156 +4,28 @@ RBAC, Events, and two replicas with one Lease."""
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
-from aiohttp.test_utils import TestClient, TestServer
 
-from stallwatch.common.config_files import load_restarter_config
 from stallwatch.common.kubernetes_config import KubernetesAction, KubernetesSettings
-from stallwatch.common.restarter_config import RestarterConfig
-from stallwatch.restarter.app import RESTARTER_KEY, build_app
 from stallwatch.restarter.kube.action import PodRestarter
 from stallwatch.restarter.kube.api import ApiException, KubeApi
-from stallwatch.restarter.service import Restarter
-from stallwatch.simulator.testing import SimHandle, running_simulator
-from tests.support.kube_fake import LWS_GROUP, LWS_NAME, LWS_WORKER, FakeKube, granted, make_pod
-from tests.support.restarter import AUTH, STARTS_AT, TOKEN, payload, settle
-
-RBAC = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes" / "restarter" / "rbac.yaml"
-SERVER_LABELS = {"app.kubernetes.io/name": "vllm"}
-
-
-def role_rules() -> list[dict[str, Any]]:
-    """The rules of the restarter's ClusterRole and Role, as shipped."""
-    docs = [d for d in yaml.safe_load_all(RBAC.read_text()) if d]
-    return [rule for d in docs if d["kind"] in ("ClusterRole", "Role") for rule in d["rules"]]
-
-
-@contextlib.asynccontextmanager
-async def fake_kube(rules: list[dict[str, Any]] | None = None) -> AsyncIterator[FakeKube]:
-    fake = FakeKube(role_rules() if rules is None else rules)
-    await fake.server.start_server()
-    try:
-        yield fake
-    finally:
-        await fake.server.close()
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_796_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def write_config(
-    directory: Path,
-    fake: FakeKube,
-    *,
-    mode: str = "evict",
-    identity: str | None = None,
-    extra_rule: dict[str, Any] | None = None,
-    more_rules: list[dict[str, Any]] | None = None,
-    targets: list[dict[str, Any]] | None = None,
-) -> RestarterConfig:
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "token").write_text(TOKEN + "\n")
-    (directory / "token").chmod(0o600)
-    kubernetes: dict[str, Any] = {"kubeconfig": str(fake.kubeconfig(directory))}
-    if identity is not None:
-        kubernetes["lease"] = {
-            "name": "stallwatch-restarter",
-            "namespace": "stallwatch",
-            "identity": identity,
-            "duration": "15s",
-            "renew_every": "5s",
-        }
-    rule = {
-        "name": "vllm",
-        "namespaces": ["llm"],
-        "selector": SERVER_LABELS,
-        "metrics_port": "http",
-        "action": {"kind": "kubernetes", "mode": mode},
-        "cooldown": "10m",
-        **(extra_rule or {}),
-    }
-    document: dict[str, Any] = {
-        "token_file": "token",
-        "journal": "journal.sqlite",
-        "confirm": {"gap": "1s", "timeout": "500ms"},
-        "restart_after": "0s",
-        "kubernetes": kubernetes,
-        "rules": [rule, *(more_rules or [])],
-    }
-    if targets:
-        document["targets"] = targets
-    path = directory / "restarter.yml"
-    path.write_text(yaml.safe_dump(document))
-    return load_restarter_config(path)
-
-
-@contextlib.asynccontextmanager
-async def restarter_app(
-    config: RestarterConfig, clock: Clock
-) -> AsyncIterator[tuple[TestClient[Any, Any], Restarter]]:
-    app = build_app(config, clock=clock)
-    client: TestClient[Any, Any] = TestClient(TestServer(app, host="127.0.0.1"))
-    await client.start_server()
-    try:
-        yield client, app[RESTARTER_KEY]
-    finally:
-        await client.close()
-
-
-def pod_alert(
-    pod: str,
-    *,
-    namespace: str = "llm",
-    alertname: str = "LLMServerHung",
-    fingerprint: str = "f00d0000000000a1",
-) -> dict[str, Any]:
-    # `target` and `instance` point elsewhere on purpose: the restarter must not use them.
-    labels = {
-        "alertname": alertname,
-        "namespace": namespace,
-        "pod": pod,
-        "target": "http://10.9.9.9:8000",
-        "instance": "10.9.9.9:8000",
-    }
-    return {
-        "status": "firing",
-        "labels": labels,
-        "annotations": {},
-        "startsAt": STARTS_AT,
-        "endsAt": "0001-01-01T00:00:00Z",
-        "fingerprint": fingerprint,
-    }
-
-
-async def send(client: TestClient[Any, Any], *alerts: dict[str, Any]) -> list[dict[str, str]]:
-    response = await client.post("/alerts", json=payload(*alerts), headers=AUTH)
-    assert response.status == 200, await response.text()
-    answer: dict[str, Any] = await response.json()
-    decisions: list[dict[str, str]] = answer["decisions"]
-    return decisions
-
-
-def sim_port(sim: SimHandle) -> int:
-    return int(sim.url.rsplit(":", 1)[1])
-
-
-def results(restarter: Restarter) -> list[tuple[str, str]]:
-    return [
-        (entry.target, entry.reason)
-        for entry in reversed(restarter.journal.recent(50))
-        if entry.decision == "action_result"
-    ]
+from stallwatch.simulator.testing import running_simulator
+from tests.support.kube_fake import LWS_GROUP, LWS_NAME, LWS_WORKER, granted, make_pod
+from tests.support.kube_restarter import (
+    SERVER_LABELS,
+    Clock,
+    fake_kube,
+    pod_alert,
+    restarter_app,
+    results,
+    role_rules,
+    send,
+    sim_port,
+    write_config,
+)
+from tests.support.restarter import AUTH, payload, settle
 
 
 async def test_a_hung_pod_is_evicted_once(tmp_path: Path) -> None:
@@ -494,7 +366,7 @@ async def test_the_role_grants_exactly_the_calls_the_restarter_makes(tmp_path: P
 async def test_the_restarters_events_show_in_kubectl_describe_pod(tmp_path: Path) -> None:
     """The Events of a restart a PodDisruptionBudget blocked carry the pod's uid, so the
     selector `kubectl describe pod` uses lists them; a fixed target's Events too."""
-    from tests.component.test_kubernetes_api_rules import describe_pod_events
+    from tests.support.kube_restarter import describe_pod_events
 
     async with running_simulator() as sim, fake_kube() as fake:
         sim.apply_fault("freeze")

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from stallwatch.simulator.testing import running_simulator
-from tests.component.test_restarter_kubernetes import (
+from tests.support.kube_fake import make_pod
+from tests.support.kube_restarter import (
     SERVER_LABELS,
     Clock,
     fake_kube,
@@ -24,7 +25,6 @@ from tests.component.test_restarter_kubernetes import (
     sim_port,
     write_config,
 )
-from tests.support.kube_fake import make_pod
 from tests.support.restarter import settle
 
 BAD_PODS = [".", "..", "vllm-0/eviction", "VLLM-0", "-vllm", "vllm-", "a..b", "x" * 254, "%2e%2e"]

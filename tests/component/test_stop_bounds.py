@@ -27,9 +27,6 @@ from stallwatch.restarter.kube.action import PodRestarter
 from stallwatch.restarter.kube.api import KubeApi
 from stallwatch.restarter.service import Restarter
 from tests.component.docker_fake import fake_docker_engine
-from tests.component.test_example_actions import ACTIONS
-from tests.component.test_restarter_actions import fake_docker, short_tmp_dir
-from tests.component.test_restarter_kubernetes import fake_kube
 from tests.component.wedged import (
     group_alive,
     kill_group,
@@ -37,7 +34,10 @@ from tests.component.wedged import (
     wait_listening,
     wedged_argv,
 )
+from tests.support.actions import ACTIONS
+from tests.support.docker import fake_docker, short_tmp_dir
 from tests.support.kube_fake import make_pod
+from tests.support.kube_restarter import fake_kube
 from tests.support.restarter import (
     alert,
     fake_vllm,

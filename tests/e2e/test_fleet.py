@@ -25,6 +25,14 @@ from stallwatch.simulator.server import SimConfig
 from stallwatch.simulator.testing import running_simulator
 from tests.support.alerting_stack import poll, running_stack
 from tests.support.pipeline import TIMEOUT, restarter_process
+from tests.support.restarter_pipeline import (
+    RESTART_SCRIPT,
+    SIM_ARGS,
+    Simulator,
+    loaded,
+    rows,
+    simulator,
+)
 
 from .fleet_support import (
     PROBE_JOB,
@@ -34,7 +42,6 @@ from .fleet_support import (
     wait_gone,
     write_sd,
 )
-from .test_pipeline_restarter import RESTART_SCRIPT, SIM_ARGS, Simulator, loaded, rows, simulator
 
 pytestmark = pytest.mark.e2e
 

@@ -27,8 +27,7 @@ from tests.support.pipeline import (
     target,
     unique,
 )
-
-from .test_pipeline_restarter import (
+from tests.support.restarter_pipeline import (
     HTTP,
     SIM_ARGS,
     RestarterStack,

@@ -19,13 +19,12 @@ import aiohttp
 import pytest
 
 from stallwatch.core.classify import State
-from tests.component.test_restarter_kubernetes import SERVER_LABELS, fake_kube
 from tests.support.alerting_stack import poll
 from tests.support.exporter import wait_for_state
 from tests.support.kube_fake import make_pod
+from tests.support.kube_restarter import SERVER_LABELS, fake_kube
 from tests.support.pipeline import TIMEOUT, exporter_on_stack, restarter_process, target, unique
-
-from .test_pipeline_restarter import (
+from tests.support.restarter_pipeline import (
     HTTP,
     RestarterStack,
     loaded,

@@ -26,15 +26,7 @@ from stallwatch.core.classify import State
 from stallwatch.core.history import PollOutcome, TargetHistory
 from stallwatch.exporter.check_cli import EXIT_STUCK, run_check
 from stallwatch.exporter.service import ExporterService
-from tests.real.scenario_support import (
-    CONCURRENT_GENERATIONS,
-    LONG_GENERATION_TOKENS,
-    cancel_all,
-    http_session,
-    real_target,
-    wait_for_running,
-)
-from tests.real.test_real_pipeline import (
+from tests.real.pipeline_support import (
     HTTP,
     NAME,
     RESTART_WAIT_S,
@@ -46,6 +38,14 @@ from tests.real.test_real_pipeline import (
     running_restarter,
     supervise,
     wait_for_query,
+)
+from tests.real.scenario_support import (
+    CONCURRENT_GENERATIONS,
+    LONG_GENERATION_TOKENS,
+    cancel_all,
+    http_session,
+    real_target,
+    wait_for_running,
 )
 from tests.real.vllm_server import (
     ENGINE_CORE_MARKER,

@@ -18,14 +18,7 @@ import pytest
 
 from stallwatch.core.classify import State
 from stallwatch.exporter.check_cli import EXIT_STUCK, run_check
-from tests.real_sglang.sglang_server import (
-    RUST_FRONTEND,
-    SLEEP_ON_IDLE,
-    RealSglangServer,
-    metrics_text,
-    total,
-)
-from tests.real_sglang.test_real_sglang_scenarios import (
+from tests.real_sglang.scenario_support import (
     NAME,
     SLOTS,
     cancel,
@@ -35,6 +28,13 @@ from tests.real_sglang.test_real_sglang_scenarios import (
     sglang_target,
     states,
     wait_for_decoding,
+)
+from tests.real_sglang.sglang_server import (
+    RUST_FRONTEND,
+    SLEEP_ON_IDLE,
+    RealSglangServer,
+    metrics_text,
+    total,
 )
 from tests.support.exporter import exporter_for, history, record_histories
 

@@ -9,19 +9,27 @@ the endpoints that run a generation or ask the scheduler (`/health`, `/server_in
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
 import pytest
 
-from stallwatch.common.exporter_config import IdleTestRequestConfig, TargetConfig
 from stallwatch.core.classify import State, still_loading
 from stallwatch.core.history import PollOutcome, TargetHistory
 from stallwatch.exporter.check_cli import EXIT_STUCK, run_check
 from stallwatch.exporter.poll import poll_once
 from stallwatch.net.fetch import DEFAULT_MAX_BYTES
+from tests.real_sglang.scenario_support import (
+    NAME,
+    SLOTS,
+    cancel,
+    client,
+    keep_generating,
+    reasons,
+    sglang_target,
+    states,
+    wait_for_decoding,
+)
 from tests.real_sglang.sglang_server import (
     START_TIMEOUT_S,
     RealSglangServer,
@@ -31,10 +39,6 @@ from tests.real_sglang.sglang_server import (
 )
 from tests.support.exporter import exporter_for, history, record_histories
 
-NAME = "sglang"
-INTERVAL = 1.0
-SLOTS = 4
-GENERATION_TOKENS = 1500
 # At 16 tokens a chunk, a few hundred prefill passes: tens of seconds here. A prefill that ended
 # before its polls did was not observed, and is tried again with a prompt twice as long.
 PREFILL_WORDS = 4000
@@ -47,46 +51,6 @@ RESTART_POLL_SPACING = 0.1
 LIMITS = {"max_payload_bytes": DEFAULT_MAX_BYTES}
 # Endpoints that run a generation or wait on the scheduler: a prober must never call them.
 UNSAFE = ('"/health"', '"/health_generate"', '"/server_info"', '"/get_server_info"')
-
-
-def sglang_target(url: str, name: str = NAME, interval: float = INTERVAL) -> TargetConfig:
-    """`kind: auto`, as a user writes it: the engine is identified from `/v1/models`."""
-    return TargetConfig(
-        name=name,
-        url=url,
-        interval_seconds=interval,
-        timeout_seconds=INTERVAL,
-        test_request=IdleTestRequestConfig(timeout_seconds=10.0),
-    )
-
-
-@contextlib.asynccontextmanager
-async def client() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=900)) as session:
-        yield session
-
-
-async def cancel(tasks: list[asyncio.Task[Any]]) -> None:
-    for task in tasks:
-        task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
-
-
-async def keep_generating(session: aiohttp.ClientSession, url: str, until: asyncio.Event) -> None:
-    """One generation after another until `until`: the load lasts as long as the test needs."""
-    while not until.is_set():
-        await generate(session, url, 8, GENERATION_TOKENS)
-
-
-async def wait_for_decoding(session: aiohttp.ClientSession, url: str) -> None:
-    """Until the server's own decode pass counter moves (the generations are in the batch)."""
-    first = total(await metrics_text(session, url), "sglang:cuda_graph_passes_total", "decode")
-    for _ in range(600):
-        await asyncio.sleep(0.1)
-        now = total(await metrics_text(session, url), "sglang:cuda_graph_passes_total", "decode")
-        if now is not None and first is not None and now > first + SLOTS:
-            return
-    raise AssertionError("the decode pass counter never moved")
 
 
 # Prefill passes a long prefill must have run before it counts as inside its chunks.
@@ -113,14 +77,6 @@ async def start_prefill(
         await asyncio.sleep(0.1)
     await cancel([prefill])
     raise AssertionError(f"the prefill never ran {PREFILL_PASSES_SEEN} passes in flight")
-
-
-def states(polls: list[TargetHistory]) -> list[str]:
-    return [str(poll.state) for poll in polls]
-
-
-def reasons(polls: list[TargetHistory]) -> list[tuple[str, str]]:
-    return [(str(p.state), p.verdict.reason if p.verdict else "") for p in polls]
 
 
 async def assert_no_unsafe_calls(session: aiohttp.ClientSession, url: str) -> None:

@@ -13,10 +13,10 @@ from collections.abc import Iterator
 import pytest
 
 from .compose import SERVICES, ComposeProject
+from .figures import FIGURES
 from .images import StackImages, build_images
 from .podman import Podman, PodmanUnavailable, podman_service
 
-FIGURES: list[str] = []
 HEALTHY_TIMEOUT = 180.0
 
 

@@ -18,7 +18,7 @@ from stallwatch import USER_AGENT
 from stallwatch.simulator.load import LoadSummary, run_load
 
 from .compose import SERVICES, ComposeProject
-from .conftest import FIGURES
+from .figures import FIGURES
 
 SIMULATOR = "http://127.0.0.1:8100"
 EXPORTER = "http://127.0.0.1:9732"

@@ -34,7 +34,7 @@ from stallwatch.core.policy import (
 )
 from stallwatch.core.reading import parse_reading
 from tests.support.real_payloads import real_payload
-from tests.unit.test_restart_window import WINDOW_CASES
+from tests.unit.restart_window_cases import WINDOW_CASES
 
 NOW = 1_800_000_000.0
 STARTS_AT = "2026-11-30T05:29:50.914142978Z"
