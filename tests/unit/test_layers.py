@@ -1,4 +1,4 @@
-"""The layers hold: leaf < core < edges < face, proved by imports in a fresh interpreter and by ast.
+"""The layers hold: leaf < core < edges < face, proved by imports in fresh interpreters and by ast.
 
 - the leaf (`stallwatch`, `stallwatch.engines`, `stallwatch.common`) imports nothing of the
   project but the leaf: the engine profiles import only themselves, the config may read them;
@@ -16,10 +16,11 @@
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -132,11 +133,13 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
-def loaded_after_import(module: str) -> set[str]:
-    """Every module in sys.modules after importing `module` in a fresh interpreter."""
+def loaded_after_imports(modules: tuple[str, ...], root: Path = PACKAGE.parent) -> set[str]:
+    """Every module in sys.modules after importing `modules`, one after another, in one fresh
+    interpreter started in `root`."""
     code = (
         "import importlib, json, sys\n"
-        f"importlib.import_module({module!r})\n"
+        f"for name in {list(modules)!r}:\n"
+        "    importlib.import_module(name)\n"
         "print(json.dumps(sorted(sys.modules)))\n"
     )
     completed = subprocess.run(
@@ -145,35 +148,86 @@ def loaded_after_import(module: str) -> set[str]:
         text=True,
         check=True,
         timeout=60,
-        cwd=PACKAGE.parent,
+        cwd=root,
     )
     return set(json.loads(completed.stdout))
+
+
+def offenders(
+    modules: tuple[str, ...], wrong: Callable[[set[str]], list[str]], root: Path = PACKAGE.parent
+) -> dict[str, list[str]]:
+    """Module -> what `wrong` finds in what importing it loads, for the modules where it finds
+    something. sys.modules only grows, so what importing one module loads is part of what
+    importing all of them loads: one interpreter for the whole list proves every module clean
+    when their union is. Only when the union is not clean does each module get an interpreter
+    of its own, so that a failure names the module that brings the wrong import in."""
+    if not wrong(loaded_after_imports(modules, root)):
+        return {}
+    found = {module: wrong(loaded_after_imports((module,), root)) for module in modules}
+    return {module: what for module, what in found.items() if what}
+
+
+@functools.cache
+def layer_offenders(check: str) -> dict[str, list[str]]:
+    """`offenders` for one of this file's checks over its whole layer, once per test run."""
+    modules, wrong = CHECKS[check]
+    return offenders(tuple(modules), wrong)
+
+
+def io_and_edges(loaded: set[str]) -> list[str]:
+    """The I/O libraries and the project modules outside the leaf and the core in `loaded`."""
+    io = sorted({m.split(".")[0] for m in loaded} & set(FORBIDDEN_IN_CORE))
+    project = [m for m in loaded if m.split(".")[0] == "stallwatch"]
+    return io + sorted(m for m in project if group_of(m) not in (*LEAF_GROUPS, "core"))
+
+
+def outside_the_leaf(loaded: set[str]) -> list[str]:
+    """The project modules outside the leaf in `loaded`."""
+    project = [m for m in loaded if m.split(".")[0] == "stallwatch"]
+    return sorted(m for m in project if group_of(m) not in LEAF_GROUPS)
+
+
+def outside_the_leaf_or_io(loaded: set[str]) -> list[str]:
+    """The project modules outside the leaf and the I/O libraries in `loaded`."""
+    io = sorted({m.split(".")[0] for m in loaded} & set(FORBIDDEN_IN_CORE))
+    return io + outside_the_leaf(loaded)
+
+
+def restarter_modules(loaded: set[str]) -> list[str]:
+    return sorted(m for m in loaded if m.startswith("stallwatch.restarter"))
+
+
+def exporter_modules(loaded: set[str]) -> list[str]:
+    return sorted(m for m in loaded if m.startswith("stallwatch.exporter"))
 
 
 def modules_of(group: str) -> list[str]:
     return [m for m in project_modules() if group_of(m) == group]
 
 
+# Check name -> (the modules it imports, what must not be loaded): one interpreter each.
+CHECKS: dict[str, tuple[list[str], Callable[[set[str]], list[str]]]] = {
+    "core": (modules_of("core"), io_and_edges),
+    "leaf": (["stallwatch", *modules_of("common")], outside_the_leaf),
+    "engines": (modules_of("engines"), outside_the_leaf_or_io),
+    "exporter": (modules_of("exporter"), restarter_modules),
+    "restarter": (modules_of("restarter"), exporter_modules),
+}
+
+
 @pytest.mark.parametrize("module", modules_of("core"))
 def test_core_module_loads_no_io_library_and_no_edge(module: str) -> None:
     """Importing a core module loads none of the I/O libraries and no edge or face module."""
-    loaded = loaded_after_import(module)
-    io = sorted({m.split(".")[0] for m in loaded} & set(FORBIDDEN_IN_CORE))
-    assert not io, f"{module} loads {io}"
-    project = [m for m in loaded if m.split(".")[0] == "stallwatch"]
-    outside = sorted(m for m in project if group_of(m) not in (*LEAF_GROUPS, "core"))
-    assert not outside, f"{module} loads {outside}"
+    found = layer_offenders("core")
+    assert module not in found, f"{module} loads {found[module]}"
 
 
 @pytest.mark.parametrize("module", ["stallwatch", *modules_of("common"), *modules_of("engines")])
 def test_leaf_module_loads_nothing_of_the_project_but_the_leaf(module: str) -> None:
     """Importing the leaf loads only `stallwatch`, `stallwatch.engines` and `stallwatch.common`
     of the project, and loads none of the I/O libraries."""
-    loaded = loaded_after_import(module)
-    project = sorted(m for m in loaded if m.split(".")[0] == "stallwatch")
-    assert all(group_of(m) in LEAF_GROUPS for m in project), project
-    if group_of(module) == "engines":
-        assert not {m.split(".")[0] for m in loaded} & set(FORBIDDEN_IN_CORE)
+    found = layer_offenders("engines" if group_of(module) == "engines" else "leaf")
+    assert module not in found, f"{module} loads {found[module]}"
 
 
 @pytest.mark.parametrize("module", modules_of("engines"))
@@ -187,15 +241,15 @@ def test_engine_profiles_import_only_themselves(module: str) -> None:
 @pytest.mark.parametrize("module", modules_of("exporter"))
 def test_exporter_module_loads_no_restarter(module: str) -> None:
     """Importing any exporter module loads no restarter module."""
-    loaded = loaded_after_import(module)
-    assert not [m for m in loaded if m.startswith("stallwatch.restarter")]
+    found = layer_offenders("exporter")
+    assert module not in found, f"{module} loads {found[module]}"
 
 
 @pytest.mark.parametrize("module", modules_of("restarter"))
 def test_restarter_module_loads_no_exporter(module: str) -> None:
     """Importing any restarter module loads no exporter module."""
-    loaded = loaded_after_import(module)
-    assert not [m for m in loaded if m.startswith("stallwatch.exporter")]
+    found = layer_offenders("restarter")
+    assert module not in found, f"{module} loads {found[module]}"
 
 
 def test_every_import_points_down_or_sideways_without_cycles() -> None:
@@ -254,3 +308,25 @@ def test_find_cycle_names_the_cycle_module_by_module() -> None:
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert find_cycle(graph) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_one_bad_import_fails_its_layer_and_names_the_module(tmp_path: Path) -> None:
+    """In a layer whose other modules are clean, one module importing sqlite3 spoils the union,
+    and the check names that module alone, with what it loads."""
+    package = tmp_path / "layered"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "clean.py").write_text("import json\n")
+    (package / "pure.py").write_text("from layered import clean\n")
+    (package / "bad.py").write_text("import sqlite3\n")
+    modules = ("layered.clean", "layered.bad", "layered.pure")
+    assert offenders(modules, io_and_edges, root=tmp_path) == {"layered.bad": ["sqlite3"]}
+    assert offenders(("layered.clean", "layered.pure"), io_and_edges, root=tmp_path) == {}
+
+
+def test_the_checks_cover_every_module_of_their_layers() -> None:
+    """Every core, leaf, exporter and restarter module is imported by one of the layer checks."""
+    checked = {module for modules, _ in CHECKS.values() for module in modules}
+    layers = ("core", "common", "engines", "exporter", "restarter")
+    expected = {"stallwatch", *(m for group in layers for m in modules_of(group))}
+    assert expected <= checked
