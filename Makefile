@@ -11,7 +11,7 @@ DEBIAN_PACKAGES := prometheus prometheus-alertmanager docker-compose
 # helm and kubectl (with kustomize) of record: `make tools` unpacks them into $(BIN), pinned.
 TOOLS_STAMP := $(VENV)/.tools
 
-.PHONY: all test test-unit test-fast test-real test-contract demo lint bench replay real-vllm real-sglang system-deps venv tools tools-or-skip dist clean
+.PHONY: all test test-unit test-fast test-real test-contract test-component test-e2e demo lint bench replay real-vllm real-sglang system-deps venv tools tools-or-skip dist clean
 
 all: test
 
@@ -53,24 +53,39 @@ system-deps:
 		fi; \
 	fi
 
-# The README's test command: unit, component, rules, routing, end-to-end and the real-server
-# tiers (vLLM, llama.cpp, SGLang).
-test: $(STAMP) tools-or-skip system-deps
-	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=25 tests
+# The tiers are markers set by tests/conftest.py from each test's directory (pytest -m TIER).
+# scripts/test_tiers.py runs them one after another: unit, contract and component on every core
+# (pytest-xdist; STALLWATCH_TEST_WORKERS=N to choose), the others one test at a time. It prints
+# each tier's wall time and the slowest tests, and writes junit reports to build/test-reports/.
+TIERS := $(BIN)/python scripts/test_tiers.py
 
-# The quick loop: the unit tier only (pure decisions, rules and routing, compose and docs checks).
-test-unit: $(STAMP) tools-or-skip system-deps
-	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit
+# The README's test command: every tier, the real servers (vLLM, llama.cpp, SGLang) and the
+# compose stack included.
+test: $(STAMP) tools-or-skip system-deps
+	$(TIERS) unit contract component e2e real stack
+
+# The quick loop: the unit tier only (pure decisions, rules and routing as data, config checks),
+# no outside tool needed.
+test-unit: $(STAMP)
+	$(TIERS) unit
 
 # Everything but the real-server tiers and the container stack (no vLLM, llama.cpp, SGLang or
 # podman needed).
 test-fast: $(STAMP) tools-or-skip system-deps
-	$(BIN)/python -m pytest -q -p no:cacheprovider tests --ignore=tests/real --ignore=tests/real_llamacpp --ignore=tests/real_sglang --ignore=tests/stack
+	$(TIERS) unit contract component e2e
 
-# Only the contract tier: the Helm chart and the kustomize manifests with the real helm and
-# kubectl, the Alertmanager wiring snippet with the real amtool.
+# Only the contract tier: the repository's files checked by the real tools (promtool, amtool,
+# helm, kubectl, systemd-analyze, docker-compose, a wheel build).
 test-contract: $(STAMP) tools-or-skip system-deps
-	$(BIN)/python -m pytest -q -p no:cacheprovider -rs tests/contract
+	$(TIERS) contract
+
+# Only the component tier: real servers and processes on loopback.
+test-component: $(STAMP)
+	$(TIERS) component
+
+# Only the end-to-end tier: real Prometheus and Alertmanager.
+test-e2e: $(STAMP) system-deps
+	$(TIERS) e2e
 
 # Only the real-vLLM tier.
 test-real: $(STAMP) system-deps

@@ -1,4 +1,5 @@
-"""Session fixture: one real Prometheus + Alertmanager pair for every end-to-end test."""
+"""Session fixture: one real Prometheus + Alertmanager pair for every end-to-end test; and, by
+name, the module-scoped stack whose restart webhook is the real restarter's (restarter_stack)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,11 @@ from pathlib import Path
 import pytest
 
 from tests.support.alerting_stack import AlertingStack, running_stack
+from tests.support.restarter_pipeline import restarter_stack
 
 REPO = Path(__file__).resolve().parents[2]
+
+__all__ = ["alerting_stack", "restarter_stack"]  # fixtures, used by name
 
 
 @pytest.fixture(scope="session")

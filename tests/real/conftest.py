@@ -11,10 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.real.pipeline_support import pipeline_stack
 from tests.real.vllm_server import SETUP_SCRIPT, RealVllmFactory, RealVllmServer
 from tests.support.real_environment import ensure_environment
 
 SETUP_TIMEOUT_S = 3600
+
+__all__ = ["pipeline_stack"]  # the module-scoped alerting stack of the pipeline tests, by name
 SETUP_LOG_TAIL_LINES = 120
 
 # Servers started by the session fixture, so the per-test fixture can undo a test's damage
