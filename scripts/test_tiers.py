@@ -2,7 +2,7 @@
 
     python scripts/test_tiers.py unit contract component e2e real stack
 
-Each tier is `pytest -m TIER tests`: unit, contract and component on every core
+Each tier is `pytest -m TIER` over its directories: unit, contract and component on every core
 (pytest-xdist, `-n auto`), the others one test at a time (they start real servers and stacks
 and are timed against them). Every tier runs even when an earlier one failed; each writes a
 junit report to build/test-reports/TIER.xml. At the end: each tier's wall time, its counts and
@@ -24,6 +24,15 @@ REPO = Path(__file__).resolve().parents[1]
 REPORTS = REPO / "build" / "test-reports"
 TIERS = ("unit", "contract", "component", "e2e", "real", "stack")
 PARALLEL = {"unit", "contract", "component"}
+# Where each tier lives: pytest collects only there (the marker then selects the same tests).
+PATHS = {
+    "unit": ["tests/unit"],
+    "contract": ["tests/contract"],
+    "component": ["tests/component"],
+    "e2e": ["tests/e2e"],
+    "real": ["tests/real", "tests/real_llamacpp", "tests/real_sglang"],
+    "stack": ["tests/stack"],
+}
 # pytest's exit status when it selected no test: a tier with none is not a failure.
 NO_TESTS = 5
 SLOWEST = 20
@@ -39,10 +48,11 @@ class TierRun:
 
 def pytest_argv(tier: str, report: Path, extra: list[str]) -> list[str]:
     argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", tier]
-    argv += ["-rs", "--durations=10", f"--junitxml={report}", *extra]
+    argv += ["-rs", "--durations=15", f"--junitxml={report}", *extra]
     if tier in PARALLEL:
-        argv += ["-n", os.environ.get("STALLWATCH_TEST_WORKERS", "auto")]
-    return [*argv, "tests"]
+        workers = os.environ.get("STALLWATCH_TEST_WORKERS", "auto")
+        argv += ["-n", workers, "--dist", "worksteal"]  # uneven test lengths: idle workers steal
+    return [*argv, *PATHS[tier]]
 
 
 def counts(report: Path) -> dict[str, int]:
@@ -72,7 +82,11 @@ def run_tier(tier: str, extra: list[str]) -> TierRun:
     report.unlink(missing_ok=True)
     print(f"\n===== tier {tier} =====", flush=True)
     started = time.monotonic()
-    status = subprocess.run(pytest_argv(tier, report, extra), cwd=REPO, check=False).returncode
+    # pytest caches the test modules it rewrites (assertions) as bytecode beside them: without
+    # that cache each worker rewrites all of them again, seconds per tier and worker.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    argv = pytest_argv(tier, report, extra)
+    status = subprocess.run(argv, cwd=REPO, env=env, check=False).returncode
     return TierRun(tier, time.monotonic() - started, status, counts(report))
 
 
