@@ -54,7 +54,7 @@ from stallwatch.restarter.journal import Journal
 from stallwatch.restarter.journal_reader import JournalError, printable
 from stallwatch.restarter.metrics import UNCONFIGURED_TARGET, RestarterMetrics
 from stallwatch.restarter.rotation import Rotation
-from stallwatch.restarter.steps import fresh_read, test_request
+from stallwatch.restarter.steps import fresh_read, one_test_request
 from stallwatch.restarter.waiting import WaitingAlerts
 
 if TYPE_CHECKING:
@@ -266,7 +266,7 @@ class Restarter:
                 case FreshRead(target=target):
                     answer = await fresh_read(self._session, target, self.config.confirm.timeout)
                 case AskTestRequest(target=target, model=model):
-                    answer = await test_request(self.session, target, model, self.config.quarantine)
+                    answer = await one_test_request(self.session, target, model, self.config.quarantine)
                 case _:
                     answer = self._answer_now(step, None)
             step = advance(plan, answer)
