@@ -9,7 +9,7 @@ window's end still shows the stall and nothing moved since the first one. Pure: 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from stallwatch.common.restarter_config import Target
@@ -30,6 +30,8 @@ class RestartWindow:
     """One alert episode's window: opened at the first confirmation of its stall.
 
     `first`: the later reading of that confirmation (None when the server gave none: hung).
+    `restored`: read back from the journal after a restart of the restarter; its first reading
+    is gone, so the next confirmation's reading becomes it (never taken for movement).
     """
 
     alert: str
@@ -37,6 +39,7 @@ class RestartWindow:
     opened_at: float
     restart_after: float
     first: Reading | None = None
+    restored: bool = False
 
     @property
     def due_at(self) -> float:
@@ -97,6 +100,15 @@ def judge_window(
             opened,
             f"stall confirmed; restart only if it lasts {restart_after:g} s "
             "(restart_after) with nothing moving",
+        )
+    if window.restored:
+        rebased = replace(window, first=confirmation.reading, restored=False)
+        return WindowJudgement(
+            "wait",
+            rebased,
+            f"window read back from the journal {now - window.opened_at:.0f} s into its "
+            f"{restart_after:g} s; this confirmation is its first look since, and the restart "
+            "waits for one more that shows nothing moved",
         )
     moved = moved_since(window.first, confirmation.reading)
     if moved is not None:
