@@ -9,6 +9,7 @@ window's end still shows the stall and nothing moved since the first one. Pure: 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -65,11 +66,29 @@ def moved_since(first: Reading | None, last: Reading | None) -> str | None:
         return None
     if first is None:
         return "the server answers again" if last.has_engines else None
+    vanished = _vanished_evidence(first, last)
+    if vanished is not None:
+        return vanished
     verdict = classify(first, last)
     if verdict.restart_detected:
         return f"the server restarted ({verdict.reason})"
     if verdict.progressed:
         return verdict.reason
+    return None
+
+
+def _vanished_evidence(first: Reading, last: Reading) -> str | None:
+    """A counter the window's first reading had as a number that the last has no longer (gone,
+    or NaN): the evidence of "nothing moved" vanished, which is no evidence of a stall."""
+    now = last.engine_map()
+    for key, engine in first.engine_map().items():
+        later = now.get(key)
+        for name, value in engine.counters().items():
+            if value is None or math.isnan(value):
+                continue
+            again = None if later is None else later.counters().get(name)
+            if again is None or math.isnan(again):
+                return f"{name} of {key[0]}/{key[1]} vanished or turned NaN: no evidence left"
     return None
 
 

@@ -290,3 +290,17 @@ def test_progress_seen_by_a_look_closes_the_window_as_a_near_miss() -> None:
     assert outcome.near_miss is not None
     assert outcome.settled is not None
     assert outcome.settled.reason == "recovered_in_window"
+
+
+def test_a_counter_that_turns_nan_in_a_window_is_not_nothing_moved() -> None:
+    """A counter that was a number at the window's first look and is NaN at its end leaves no
+    evidence of a stall: the window does not act on it."""
+    from stallwatch.core.restart_window import moved_since
+
+    first = reading(10)
+    nan = EngineSample("tiny", "0", running=4.0, waiting=0.0, steps=float("nan"))
+    last = Reading(taken_at=NOW, engines=(nan,), process_start_time=1.0)
+    assert moved_since(first, reading(10)) is None
+    moved = moved_since(first, last)
+    assert moved is not None
+    assert "NaN" in moved
