@@ -676,3 +676,19 @@ def window_change(
     if after is None and before is not None:
         return "closed", before
     return None
+
+
+def followed_config(memory: AlertMemory, config: RestarterConfig) -> AlertMemory:
+    """The open windows with the `restart_after` a reload set for their targets (longer or
+    shorter), and the alerts waiting for them due at the new ends: what the gauge says is what
+    the window does."""
+    for name, window in memory.windows.items():
+        target = config.target(name)
+        if target is None or target.restart_after == window.restart_after:
+            continue
+        moved = replace(window, restart_after=target.restart_after)
+        memory = memory.with_window(name, moved)
+        for key, waiting in memory.waiting.items():
+            if waiting.reason == "restart_window" and waiting.alert.target == name:
+                memory = memory.with_waiting(key, replace(waiting, until=moved.due_at))
+    return memory

@@ -37,6 +37,7 @@ from stallwatch.core.alert_plan import (
     Plan,
     advance,
     firing_plan,
+    followed_config,
     look_plan,
     resolved_plan,
     restored_memory,
@@ -177,6 +178,7 @@ class Restarter:
         self.holds.refresh_gauges()
         self._lookback = lookback_seconds(config)
         self.rotation.follow_config()
+        self.memory = followed_config(self.memory, config)
         # A target that left (a reload, a pod that is gone) takes its series with it.
         self.metrics.keep_only({t.name for t in config.targets} | set(self.memory.quarantines))
 
