@@ -61,11 +61,14 @@ def write_config(
     extra_rule: dict[str, Any] | None = None,
     more_rules: list[dict[str, Any]] | None = None,
     targets: list[dict[str, Any]] | None = None,
+    quarantine_mode: str | None = None,
 ) -> RestarterConfig:
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "token").write_text(TOKEN + "\n")
     (directory / "token").chmod(0o600)
     kubernetes: dict[str, Any] = {"kubeconfig": str(fake.kubeconfig(directory))}
+    if quarantine_mode is not None:
+        kubernetes["quarantine_mode"] = quarantine_mode
     if identity is not None:
         kubernetes["lease"] = {
             "name": "stallwatch-restarter",
