@@ -108,14 +108,20 @@ def label_patch(pod: PodFacts, wanted: Routable) -> dict[str, Any] | None:
 
 
 def in_sync(pod: PodFacts, out: bool, mode: RoutingMode) -> Routable | None:
-    """What the periodic sync writes on a pod (None: nothing). Out of rotation: kept out.
-    In rotation: True once its containers are ready (readiness_gate: before that, Ready is
-    False anyway and the kubelet's own checks decide)."""
+    """What the periodic sync writes on a pod (None: nothing; a mark that already says the
+    right thing is left with its own reason). Out of rotation: kept out. In rotation: True once
+    its containers are ready (readiness_gate: before that, Ready is False anyway and the
+    kubelet's own checks decide)."""
     if not opted_in(pod, mode) or pod.deleting:
         return None
     if out:
+        if is_out(pod, mode):
+            return None
         return Routable(False, "OutOfRotation", "stallwatch keeps this pod out of rotation")
-    if mode == "readiness_gate" and not pod.condition_true(CONTAINERS_READY):
+    if mode == "readiness_gate":
+        if not pod.condition_true(CONTAINERS_READY) or pod.condition_true(ROUTABLE):
+            return None
+    elif pod.labels.get(ROUTABLE) == "true":
         return None
     return Routable(True, IN_ROTATION, "in rotation: no stall confirmed")
 

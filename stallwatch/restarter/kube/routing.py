@@ -92,13 +92,16 @@ class PodRouting:
 
     # --- life ------------------------------------------------------------------------------
     async def start(self) -> None:
-        """List the pods once (label mode: refuse to start on a selector conflict), then keep
-        them in sync in the background."""
+        """Sync once (label mode: first refuse to start on a selector conflict), then keep the
+        pods in sync in the background."""
         if self.mode == "label":
             await self._list()
             conflicts = {why for why in [await self._conflict(p) for p in self._opted()] if why}
             if conflicts:
-                raise LabelSelectorConflict("; ".join(sorted(conflicts)))
+                raise LabelSelectorConflict(
+                    "quarantine_mode label: " + "; ".join(sorted(conflicts))
+                )
+        await self._sync_logged()
         self._task = asyncio.create_task(self._loop())
 
     async def stop(self) -> None:
@@ -115,12 +118,15 @@ class PodRouting:
 
     async def _loop(self) -> None:
         while True:
-            try:
-                await self.sync()
-            except ApiException as error:
-                log.warning("routing sync: the API answered %s", error.status)
-                self._counted("sync_failed")
             await asyncio.sleep(self.sync_interval)
+            await self._sync_logged()
+
+    async def _sync_logged(self) -> None:
+        try:
+            await self.sync()
+        except ApiException as error:
+            log.warning("routing sync: the API answered %s", error.status)
+            self._counted("sync_failed")
 
     # --- the sync --------------------------------------------------------------------------
     async def sync(self) -> int:
