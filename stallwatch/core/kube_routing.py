@@ -26,6 +26,10 @@ IN_ROTATION = "InRotation"
 RoutingMode = Literal["readiness_gate", "label"]
 
 
+class LabelSelectorConflict(Exception):
+    """Label mode cannot run: a workload selects its pods on `stallwatch.io/routable`."""
+
+
 @dataclass(frozen=True)
 class Routable:
     """Whether a pod should be in users' rotation, with the reason and message to show."""

@@ -18,9 +18,8 @@ from stallwatch.common.kubernetes_config import KubernetesAction
 from stallwatch.common.restarter_config import Target
 from stallwatch.core.alert_plan import RoutingChange
 from stallwatch.core.alerts import Alert
-from stallwatch.core.kube_routing import ROUTABLE
+from stallwatch.core.kube_routing import ROUTABLE, LabelSelectorConflict
 from stallwatch.core.quarantine import quarantine_refusal, quarantined
-from stallwatch.restarter.kube.routing import LabelSelectorConflict
 from stallwatch.restarter.kube.side import KubeSide
 from tests.component.test_restarter_kubernetes import (
     SERVER_LABELS,

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable
 from stallwatch.common.kubernetes_config import QuarantineMode
 from stallwatch.core.kube_routing import (
     ROUTABLE,
+    LabelSelectorConflict,
     Routable,
     RoutingMode,
     gate_condition,
@@ -31,6 +32,8 @@ from stallwatch.core.kube_routing import (
 )
 from stallwatch.core.pod_rules import PodFacts, target_name
 from stallwatch.restarter.kube.api import ApiException, KubeApi, rfc3339_time
+
+__all__ = ["CALLS_BY_MODE", "LabelSelectorConflict", "PodRouting"]
 
 log = logging.getLogger("stallwatch.restarter")
 
@@ -49,10 +52,6 @@ CALLS_BY_MODE: dict[QuarantineMode, frozenset[tuple[str, str, str]]] = {
     ),
     "off": frozenset(),
 }
-
-
-class LabelSelectorConflict(Exception):
-    """Label mode cannot run: a workload selects its pods on `stallwatch.io/routable`."""
 
 
 class PodRouting:

@@ -146,6 +146,7 @@ class KubeSide:
             except BaseException:
                 if self.lease is not None:
                     await self.lease.stop()
+                await self.api.close()
                 raise
 
     async def stop(self) -> None:
