@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from stallwatch.core.pod_rules import PodFacts, group_of, target_name
 
@@ -24,6 +24,17 @@ CONTAINERS_READY = "ContainersReady"
 # A condition's reason is one CamelCase word (the API does not check it; kubectl shows it).
 IN_ROTATION = "InRotation"
 RoutingMode = Literal["readiness_gate", "label"]
+# What `stallwatch_restarter_kubernetes_routing_total{result}` counts.
+RoutingResult = Literal[
+    "gate_written",  # the gate condition written on a pod
+    "label_written",  # the label written on a pod
+    "write_failed",  # the API refused a write
+    "sync_failed",  # the API refused the sync's list
+    "ready_diverged",  # Ready, read back after a write, disagrees with the gate
+    "publish_not_ready_service",  # a Service keeps opted-in pods listed when not Ready (once each)
+    "label_conflict",  # label mode: a workload selects on the label; its pods are left alone
+]
+ROUTING_RESULTS: tuple[RoutingResult, ...] = get_args(RoutingResult)
 
 
 class LabelSelectorConflict(Exception):

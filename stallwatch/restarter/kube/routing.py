@@ -21,6 +21,7 @@ from stallwatch.core.kube_routing import (
     LabelSelectorConflict,
     Routable,
     RoutingMode,
+    RoutingResult,
     gate_condition,
     gate_patch,
     in_sync,
@@ -266,6 +267,6 @@ class PodRouting:
                 self._counted("label_conflict")
         return self._owners[key]
 
-    def _counted(self, result: str) -> None:
+    def _counted(self, result: RoutingResult) -> None:
         if self.on_count is not None:
             self.on_count(result)
