@@ -477,3 +477,51 @@ async def test_a_pod_out_of_rotation_is_deleted_when_its_budget_refuses_the_evic
         assert "needs 1 healthy pods and has 0 currently" in detail
         assert fake.deleted == [("llm", "vllm-0")]
         assert fake.evicted == []
+
+
+@pytest.mark.parametrize(
+    ("ready", "policy", "evict", "code"),
+    [
+        # §2.5 of the measurements: a Running pod whose Ready is False, by budget policy
+        ([False], "IfHealthyBudget", 0, 429),
+        ([False], None, 0, 429),
+        ([False], "AlwaysAllow", 0, 201),
+        ([True, False], "IfHealthyBudget", 1, 201),
+        ([True, False], "IfHealthyBudget", 0, 429),
+        ([True], "AlwaysAllow", 0, 429),
+    ],
+)
+async def test_evictions_answer_as_measured_by_budget_policy(
+    ready: list[bool], policy: str | None, evict: int, code: int
+) -> None:
+    """Evictions under a budget of minAvailable 1, as kube-apiserver 1.32 answered them: a
+    not-Ready pod of an application with no healthy budget left is refused (429) unless the
+    budget says AlwaysAllow; with one healthy pod to spare it goes; a Ready pod at the minimum
+    is refused under either policy."""
+    eviction = {"apiVersion": "policy/v1", "kind": "Eviction"}
+    async with fake_kube() as fake:
+        for index, is_ready in enumerate(ready):
+            fake.add_pod(make_pod("llm", f"vllm-{index}", labels=SERVER_LABELS, ready=is_ready))
+        fake.add_pdb(
+            "llm",
+            "vllm",
+            SERVER_LABELS,
+            desired_healthy=1,
+            current_healthy=sum(ready),
+            unhealthy_pod_eviction_policy=policy,
+        )
+        name = f"vllm-{evict}"
+        headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+        body = {**eviction, "metadata": {"name": name, "namespace": "llm"}}
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(
+                f"{fake.url}/api/v1/namespaces/llm/pods/{name}/eviction", json=body, headers=headers
+            ) as response,
+        ):
+            answer = await response.json()
+    assert response.status == code, answer
+    if code == 429 and not ready[evict]:
+        assert answer["details"]["causes"][0]["message"] == (
+            f"The disruption budget vllm needs 1 healthy pods and has {sum(ready)} currently"
+        )
