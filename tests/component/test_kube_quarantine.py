@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -434,6 +435,16 @@ async def test_the_pool_is_the_serving_pods_of_one_replicaset(tmp_path: Path) ->
     last = quarantine_refusal("llm/solo", solo_members, {}, 50)
     assert last is not None
     assert last[0] == "last_in_pool"
+
+
+async def test_a_fixed_targets_pool_is_the_configured_one(tmp_path: Path) -> None:
+    """A fixed target (not resolved by a rule) keeps its configured pool: its members are the
+    configured targets that name the same pool."""
+    async with fake_kube() as fake, kube_side(fake, tmp_path, mode="off") as side:
+        first = pod_target("vllm-0", pool="big")
+        targets = (first, pod_target("vllm-1", pool="big"), pod_target("other", pool="small"))
+        side.effective(replace(side.config, targets=targets))
+        assert side.pool_members(first) == ("llm/vllm-0", "llm/vllm-1")
 
 
 # --- restarting a pod out of rotation ------------------------------------------------------------

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING
@@ -53,6 +54,8 @@ _MAX_EVENT_TASKS = 100
 # Alertmanager re-sends a firing alert, and each delivery refused for the same reason says
 # nothing new: one refusal Event per pod and reason in this interval.
 REFUSAL_EVENT_INTERVAL_SECONDS = 600.0
+# The alerts of one pool that arrive together list its pods once.
+POOL_LIST_FRESH_SECONDS = 1.0
 
 
 class KubeSide:
@@ -110,8 +113,10 @@ class KubeSide:
         self._refusals_posted: dict[tuple[tuple[str, str], str], float] = {}
         # (namespace, pod) -> (its uid as last read, when): the uid an Event names.
         self._uids: dict[tuple[str, str], tuple[str, float]] = {}
-        # The pods listed around alerts' pods (their pools), by (namespace, name).
+        # The pods listed around alerts' pods (their pools), by (namespace, name), and when
+        # each pool was listed (monotonic seconds).
         self._listed: dict[tuple[str, str], PodFacts] = {}
+        self._pool_listed_at: dict[str, float] = {}
 
     @classmethod
     async def connect(
@@ -192,9 +197,13 @@ class KubeSide:
         return self._out(target_name(pod)) or taken_out(pod)
 
     def pool_members(self, target: Target) -> tuple[str, ...]:
-        """The targets of `target`'s pool (the pods of one workload that serve, those that never
-        alerted too, and those out of rotation), itself included: from the pods as last listed
-        (on each alert and by the routing sync)."""
+        """The targets of `target`'s pool, itself included. A pod target a rule resolved: the
+        pods of its workload that serve (those that never alerted too) and those out of
+        rotation, from the pods as last listed (on each alert and by the routing sync). A fixed
+        target: the configured targets with its `pool`."""
+        if target.name not in self.pod_targets:
+            fixed = {t.name for t in self.config.targets if t.pool == target.pool}
+            return tuple(sorted(fixed | {target.name}))
         pods: Iterable[PodFacts] = self.pods.values()
         out = {name for name in self.out_of_rotation if self._pool_of_name(name) == target.pool}
         return tuple(sorted(set(members_of_pool(pods, target.pool, out)) | {target.name}))
@@ -213,13 +222,18 @@ class KubeSide:
         return self._listed
 
     async def _list_pool(self, rule_selector: str, pod: PodFacts) -> None:
-        """List the pods beside an alert's pod (its pool's members, that never alerted too)."""
+        """List the pods beside an alert's pod (its pool's members, that never alerted too);
+        once for the alerts of one pool that arrive together."""
+        pool = pool_of(pod)
+        now = time.monotonic()
+        if now - self._pool_listed_at.get(pool, -POOL_LIST_FRESH_SECONDS) < POOL_LIST_FRESH_SECONDS:
+            return
+        self._pool_listed_at[pool] = now
         try:
             listed = await self.api.pods(pod.namespace, rule_selector)
         except ApiException as error:
             log.warning("pods of %s/%s not listed: %s", pod.namespace, pod.name, error.status)
             return
-        pool = pool_of(pod)
         for key in [k for k, p in self._listed.items() if pool_of(p) == pool]:
             del self._listed[key]
         for other in listed:
@@ -279,6 +293,10 @@ class KubeSide:
             del self.pod_targets[name]
         for pod in [p for p, (_, seen) in self._uids.items() if seen < forget]:
             del self._uids[pod]
+        pools = {target.pool for target, _ in self.pod_targets.values()}
+        for key in [k for k, p in self._listed.items() if pool_of(p) not in pools]:
+            del self._listed[key]
+        self._pool_listed_at = {p: at for p, at in self._pool_listed_at.items() if p in pools}
         fixed = {target.name for target in config.targets}
         pods = tuple(t for n, (t, _) in self.pod_targets.items() if n not in fixed)
         return replace(config, targets=config.targets + pods)
