@@ -254,6 +254,32 @@ async def test_a_service_publishing_not_ready_pods_is_warned_about_once(tmp_path
     assert counts.count("publish_not_ready_service") == 1
 
 
+async def test_an_api_out_of_reach_is_logged_and_counted_not_raised(tmp_path: Path) -> None:
+    """The sync against an API that no longer answers counts `sync_failed` and goes on; a
+    routing change then writes nothing and raises nothing."""
+    counts: list[str] = []
+    async with fake_kube() as fake:
+        fake.add_pod(make_pod("llm", "vllm-0", labels=SERVER_LABELS, readiness_gates=GATE))
+        async with kube_side(fake, tmp_path, counts=counts) as side:
+            await fake.server.close()
+            assert side.routing is not None
+            await side.routing.sync_or_log()
+            await quarantine(side, "vllm-0")
+    assert counts == ["gate_written", "sync_failed"]
+
+
+async def test_label_mode_refuses_to_start_when_it_cannot_read_the_owners(tmp_path: Path) -> None:
+    """Without the label Role (no statefulsets get), the owner's selector cannot be checked:
+    the restarter refuses to start, naming the API's answer."""
+    async with fake_kube(role_rules("readiness_gate")) as fake:
+        fake.add_workload("statefulsets", "llm", "vllm")
+        labels = {**SERVER_LABELS, ROUTABLE: "true"}
+        fake.add_pod(make_pod("llm", "vllm-0", labels=labels, owner=("StatefulSet", "vllm")))
+        with pytest.raises(LabelSelectorConflict, match="the API answered 403"):
+            async with kube_side(fake, tmp_path, mode="label"):
+                pass
+
+
 # --- the API server's patch semantics (measured on kube-apiserver 1.32) ----------------------
 async def admin_patch(
     fake: FakeKube, pod: str, content_type: str, body: Any, sub: str = "/status"

@@ -6,12 +6,14 @@ the two.
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import aiohttp
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 
@@ -19,7 +21,18 @@ from stallwatch.common.kubernetes_config import KubernetesSettings
 from stallwatch.core.lease import LEDGER_ANNOTATION, LeaseView
 from stallwatch.core.pod_rules import PodCondition, PodFacts
 
-__all__ = ["ApiException", "KubeApi", "LeaseObject"]
+__all__ = ["API_ERRORS", "ApiException", "KubeApi", "LeaseObject", "answer_of"]
+
+# What a call can raise when the API refuses it or cannot be reached.
+API_ERRORS = (ApiException, aiohttp.ClientError, asyncio.TimeoutError)
+
+
+def answer_of(error: BaseException) -> str:
+    """The API's status code, or what kept the call from an answer."""
+    if isinstance(error, ApiException):
+        return f"the API answered {error.status}"
+    return f"the API was not reached ({type(error).__name__}: {error})"
+
 
 MERGE_PATCH = "application/merge-patch+json"
 # Merges `status.conditions` by type; a JSON merge patch would replace the whole list.

@@ -32,7 +32,7 @@ from stallwatch.core.kube_routing import (
     selects,
 )
 from stallwatch.core.pod_rules import PodFacts, target_name
-from stallwatch.restarter.kube.api import ApiException, KubeApi, rfc3339_time
+from stallwatch.restarter.kube.api import API_ERRORS, KubeApi, answer_of, rfc3339_time
 
 __all__ = ["CALLS_BY_MODE", "LabelSelectorConflict", "PodRouting"]
 
@@ -95,13 +95,19 @@ class PodRouting:
         """Sync once (label mode: first refuse to start on a selector conflict), then keep the
         pods in sync in the background."""
         if self.mode == "label":
-            await self._list()
-            conflicts = {why for why in [await self._conflict(p) for p in self._opted()] if why}
+            try:
+                await self._list()
+                conflicts = {why for why in [await self._conflict(p) for p in self._opted()] if why}
+            except API_ERRORS as error:
+                raise LabelSelectorConflict(
+                    "quarantine_mode label: the pods' owners and their selectors could not be "
+                    f"read ({answer_of(error)}; rbac-label.yaml grants what is needed)"
+                ) from error
             if conflicts:
                 raise LabelSelectorConflict(
                     "quarantine_mode label: " + "; ".join(sorted(conflicts))
                 )
-        await self._sync_logged()
+        await self.sync_or_log()
         self._task = asyncio.create_task(self._loop())
 
     async def stop(self) -> None:
@@ -119,13 +125,14 @@ class PodRouting:
     async def _loop(self) -> None:
         while True:
             await asyncio.sleep(self.sync_interval)
-            await self._sync_logged()
+            await self.sync_or_log()
 
-    async def _sync_logged(self) -> None:
+    async def sync_or_log(self) -> None:
+        """`sync`, logging and counting an API that refuses or cannot be reached."""
         try:
             await self.sync()
-        except ApiException as error:
-            log.warning("routing sync: the API answered %s", error.status)
+        except API_ERRORS as error:
+            log.warning("routing sync: %s", answer_of(error))
             self._counted("sync_failed")
 
     # --- the sync --------------------------------------------------------------------------
@@ -204,13 +211,9 @@ class PodRouting:
                 await self.api.patch_labels(pod.namespace, pod.name, patch)
             else:
                 await self.api.patch_status(pod.namespace, pod.name, patch)
-        except ApiException as error:
+        except API_ERRORS as error:
             log.warning(
-                "pod %s/%s: %s not written: the API answered %s",
-                pod.namespace,
-                pod.name,
-                ROUTABLE,
-                error.status,
+                "pod %s/%s: %s not written: %s", pod.namespace, pod.name, ROUTABLE, answer_of(error)
             )
             self._counted("write_failed")
             return False
@@ -236,8 +239,8 @@ class PodRouting:
         await asyncio.sleep(self.readback_delay)
         try:
             again = await self.api.pod(pod.namespace, pod.name)
-        except ApiException as error:
-            log.warning("pod %s/%s not read back: %s", pod.namespace, pod.name, error.status)
+        except API_ERRORS as error:
+            log.warning("pod %s/%s not read back: %s", pod.namespace, pod.name, answer_of(error))
             return
         if again is None or again.uid != pod.uid:
             return

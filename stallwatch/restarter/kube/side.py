@@ -35,7 +35,7 @@ from stallwatch.core.pod_rules import (
 )
 from stallwatch.core.policy import Decision, PastRestart, lookback_seconds
 from stallwatch.restarter.kube.action import PodRestarter
-from stallwatch.restarter.kube.api import ApiException, KubeApi
+from stallwatch.restarter.kube.api import API_ERRORS, ApiException, KubeApi, answer_of
 from stallwatch.restarter.kube.lease import LeaseKeeper
 from stallwatch.restarter.kube.routing import PodRouting
 
@@ -231,8 +231,8 @@ class KubeSide:
         self._pool_listed_at[pool] = now
         try:
             listed = await self.api.pods(pod.namespace, rule_selector)
-        except ApiException as error:
-            log.warning("pods of %s/%s not listed: %s", pod.namespace, pod.name, error.status)
+        except API_ERRORS as error:
+            log.warning("pods of %s/%s not listed: %s", pod.namespace, pod.name, answer_of(error))
             return
         for key in [k for k, p in self._listed.items() if pool_of(p) == pool]:
             del self._listed[key]
@@ -262,8 +262,8 @@ class KubeSide:
             wanted = Routable(True, IN_ROTATION, message)
         try:
             pods = await self._pods_of(*pod)
-        except ApiException as error:
-            log.warning("pods of %s not read: %s", target.name, error.status)
+        except API_ERRORS as error:
+            log.warning("pods of %s not read: %s", target.name, answer_of(error))
             return
         await self.routing.set(pods, wanted)
 
