@@ -13,7 +13,6 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from stallwatch.common.kubernetes_config import KubernetesAction
 from stallwatch.common.restarter_config import RestarterConfig, Target
@@ -38,9 +37,6 @@ from stallwatch.restarter.kube.action import PodRestarter
 from stallwatch.restarter.kube.api import API_ERRORS, ApiException, KubeApi, answer_of
 from stallwatch.restarter.kube.lease import LeaseKeeper
 from stallwatch.restarter.kube.routing import PodRouting
-
-if TYPE_CHECKING:
-    from stallwatch.core.alert_plan import RoutingChange
 
 log = logging.getLogger("stallwatch.restarter")
 
@@ -279,11 +275,6 @@ class KubeSide:
         return await self.api.pods(namespace, selector)
 
     # --- targets from the rules -------------------------------------------------------------
-
-    async def on_routing(self, change: RoutingChange, target: Target) -> None:
-        """A pod target left or came back into users' rotation."""
-        del change, target
-
     def effective(self, config: RestarterConfig) -> RestarterConfig:
         """`config` with the pod targets the rules resolved (fixed targets win a name clash)."""
         self.config = config
