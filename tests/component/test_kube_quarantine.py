@@ -5,8 +5,10 @@ and the restart of a pod the restarter itself took out of rotation."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
+import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
@@ -22,11 +24,16 @@ from stallwatch.core.alerts import Alert
 from stallwatch.core.kube_routing import ROUTABLE, LabelSelectorConflict
 from stallwatch.core.quarantine import quarantine_refusal, quarantined
 from stallwatch.restarter.kube.side import KubeSide
+from stallwatch.simulator.testing import running_simulator
 from tests.component.test_restarter_kubernetes import (
     SERVER_LABELS,
     Clock,
     fake_kube,
+    pod_alert,
+    restarter_app,
     role_rules,
+    send,
+    sim_port,
     write_config,
 )
 from tests.support.kube_fake import ADMIN_TOKEN, FakeKube, make_pod
@@ -278,6 +285,61 @@ async def test_label_mode_refuses_to_start_when_it_cannot_read_the_owners(tmp_pa
         with pytest.raises(LabelSelectorConflict, match="the API answered 403"):
             async with kube_side(fake, tmp_path, mode="label"):
                 pass
+
+
+async def wait_for_gate(fake: FakeKube, pod: str, status: str) -> None:
+    """Until the pod's gate condition has this status (the routing hook runs as a task)."""
+    deadline = time.monotonic() + 30
+    while status_of(fake, pod, ROUTABLE) != status:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{pod}: {ROUTABLE} never became {status}")
+        await asyncio.sleep(0.05)
+
+
+async def test_the_running_restarter_takes_a_hung_pod_out_and_puts_it_back(
+    tmp_path: Path,
+) -> None:
+    """End to end through the running restarter: a hung pod of a ReplicaSet of three is
+    confirmed inside its restart window and its gate goes False (Ready with it); once its
+    server answers again and passes a test request, the gate goes True; it is never evicted."""
+    async with running_simulator() as sim, fake_kube() as fake:
+        sim.apply_fault("freeze")
+        owner = ("ReplicaSet", "vllm-abc")
+        for index in range(3):
+            port = sim_port(sim) if index == 0 else 8000
+            fake.add_pod(
+                make_pod(
+                    "llm",
+                    f"vllm-{index}",
+                    labels=SERVER_LABELS,
+                    owner=owner,
+                    port=port,
+                    readiness_gates=GATE,
+                )
+            )
+        config = write_config(
+            tmp_path,
+            fake,
+            extra_rule={"restart_after": "1h"},
+            top={"quarantine": {"check_interval": "500ms", "expire_after": "1h"}},
+        )
+        async with restarter_app(config, Clock()) as (client, restarter):
+            assert status_of(fake, "vllm-0", "Ready") == "True"  # written True at start
+            decisions = await send(client, pod_alert("vllm-0"))
+            await wait_for_gate(fake, "vllm-0", "False")
+            (out,) = fake.condition("llm", "vllm-0", ROUTABLE)
+            ready_out = status_of(fake, "vllm-0", "Ready")
+            sim.apply_fault("recover")
+            await wait_for_gate(fake, "vllm-0", "True")
+            ready_back = status_of(fake, "vllm-0", "Ready")
+            assert restarter.kube is not None
+            assert restarter.kube.routing is not None
+            await restarter.kube.routing.settled()
+    assert [(d["target"], d["reason"]) for d in decisions] == [("llm/vllm-0", "restart_window")]
+    assert out["reason"] == "Hung"
+    assert (ready_out, ready_back) == ("False", "True")
+    assert fake.evicted == []
+    assert status_of(fake, "vllm-1", ROUTABLE) == "True"
 
 
 # --- the API server's patch semantics (measured on kube-apiserver 1.32) ----------------------

@@ -68,6 +68,7 @@ def write_config(
     more_rules: list[dict[str, Any]] | None = None,
     targets: list[dict[str, Any]] | None = None,
     quarantine_mode: str | None = None,
+    top: dict[str, Any] | None = None,
 ) -> RestarterConfig:
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "token").write_text(TOKEN + "\n")
@@ -102,6 +103,7 @@ def write_config(
     }
     if targets:
         document["targets"] = targets
+    document.update(top or {})
     path = directory / "restarter.yml"
     path.write_text(yaml.safe_dump(document))
     return load_restarter_config(path)
