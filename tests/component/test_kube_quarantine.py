@@ -99,6 +99,15 @@ async def release(side: KubeSide, pod: str, out_for: float = 42.0) -> None:
     await side.routing.settled()
 
 
+async def wait_for_gate(fake: FakeKube, pod: str, status: str) -> None:
+    """Until the pod's gate condition has this status (the routing hook runs as a task)."""
+    deadline = time.monotonic() + 30
+    while status_of(fake, pod, ROUTABLE) != status:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{pod}: {ROUTABLE} never became {status}")
+        await asyncio.sleep(0.05)
+
+
 # --- readiness gate ------------------------------------------------------------------------------
 async def test_opted_in_pods_get_the_gate_true_once_their_containers_are_ready(
     tmp_path: Path,
@@ -216,21 +225,19 @@ async def test_a_ready_that_does_not_follow_the_gate_is_reported(tmp_path: Path)
 
 async def test_a_new_opted_in_pod_is_ready_only_once_the_restarter_runs(tmp_path: Path) -> None:
     """A gate blocks by default: with the restarter down, a new opted-in pod stays NotReady
-    (no condition); the restarter's first sync makes it Ready; one created while it runs gets
-    True at the next sync."""
+    (no condition); the restarter's start makes it Ready; one created while it runs gets True
+    from the watch, with no sync asked for."""
     async with fake_kube() as fake:
         fake.add_pod(make_pod("llm", "vllm-0", labels=SERVER_LABELS, readiness_gates=GATE))
         down = (status_of(fake, "vllm-0", "Ready"), fake.condition("llm", "vllm-0", ROUTABLE))
-        async with kube_side(fake, tmp_path) as side:
+        async with kube_side(fake, tmp_path):
             first = status_of(fake, "vllm-0", "Ready")
             fake.add_pod(make_pod("llm", "vllm-1", labels=SERVER_LABELS, readiness_gates=GATE))
-            before_sync = status_of(fake, "vllm-1", "Ready")
-            assert side.routing is not None
-            await side.routing.sync()
-            after_sync = status_of(fake, "vllm-1", "Ready")
+            await wait_for_gate(fake, "vllm-1", "True")
+            later = status_of(fake, "vllm-1", "Ready")
     assert down == ("False", [])
     assert first == "True"
-    assert (before_sync, after_sync) == ("False", "True")
+    assert later == "True"
 
 
 async def test_only_the_acting_replica_writes(tmp_path: Path) -> None:
@@ -268,7 +275,7 @@ async def test_an_api_out_of_reach_is_logged_and_counted_not_raised(tmp_path: Pa
     async with fake_kube() as fake:
         fake.add_pod(make_pod("llm", "vllm-0", labels=SERVER_LABELS, readiness_gates=GATE))
         async with kube_side(fake, tmp_path, counts=counts) as side:
-            await fake.server.close()
+            await fake.close()
             assert side.routing is not None
             await side.routing.sync_or_log()
             await quarantine(side, "vllm-0")
@@ -285,15 +292,6 @@ async def test_label_mode_refuses_to_start_when_it_cannot_read_the_owners(tmp_pa
         with pytest.raises(LabelSelectorConflict, match="the API answered 403"):
             async with kube_side(fake, tmp_path, mode="label"):
                 pass
-
-
-async def wait_for_gate(fake: FakeKube, pod: str, status: str) -> None:
-    """Until the pod's gate condition has this status (the routing hook runs as a task)."""
-    deadline = time.monotonic() + 30
-    while status_of(fake, pod, ROUTABLE) != status:
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{pod}: {ROUTABLE} never became {status}")
-        await asyncio.sleep(0.05)
 
 
 async def test_the_running_restarter_takes_a_hung_pod_out_and_puts_it_back(

@@ -47,7 +47,7 @@ async def fake_kube(rules: list[dict[str, Any]] | None = None) -> AsyncIterator[
     try:
         yield fake
     finally:
-        await fake.server.close()
+        await fake.close()
 
 
 class Clock:

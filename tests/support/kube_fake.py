@@ -38,6 +38,7 @@ sees what a real cluster shows a moment later.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import itertools
 import json
@@ -568,6 +569,8 @@ class FakeKube:
         self.services: dict[Key, dict[str, Any]] = {}
         # The kubelet recomputes Ready after each write of a pod (False: it is wedged).
         self.kubelet = True
+        # The open watches of pods: (namespace, queue of (event type, pod); None ends it).
+        self._watchers: list[tuple[str, asyncio.Queue[tuple[str, dict[str, Any]] | None]]] = []
         self._versions = itertools.count(1)
         self._names = itertools.count(1)
         self.app = web.Application()
@@ -582,6 +585,19 @@ class FakeKube:
         meta.setdefault("uid", str(uuid.uuid4()))
         meta["resourceVersion"] = str(next(self._versions))
         self.pods[(meta["namespace"], meta["name"])] = pod
+        self._emit("ADDED", pod)
+
+    def _emit(self, kind: str, pod: dict[str, Any]) -> None:
+        """Tell every open watch of the pod's namespace."""
+        for namespace, queue in self._watchers:
+            if namespace == pod["metadata"]["namespace"]:
+                queue.put_nowait((kind, copy.deepcopy(pod)))
+
+    async def close(self) -> None:
+        """End every open watch (as the API server does when it shuts down), then stop."""
+        for _, queue in self._watchers:
+            queue.put_nowait(None)
+        await self.server.close()
 
     def add_service(
         self,
@@ -738,6 +754,8 @@ class FakeKube:
             "PATCH": "patch",
             "DELETE": "delete",
         }.get(request.method, "unknown")
+        if verb == "list" and request.query.get("watch") in ("true", "True", "1"):
+            verb = "watch"
         if request.method == "POST" and name is not None and sub is None:
             return status(405, "MethodNotAllowed", "POST on a named object")
         call = (group, f"{resource}/{sub}" if sub else resource, verb)
@@ -795,7 +813,9 @@ class FakeKube:
 
     async def _pods(
         self, request: web.Request, verb: str, namespace: str, name: str | None, sub: str | None
-    ) -> web.Response:
+    ) -> web.StreamResponse:
+        if verb == "watch":
+            return await self._watch_pods(request, namespace)
         if verb == "list":
             wanted = dict(
                 term.split("=", 1)
@@ -830,6 +850,40 @@ class FakeKube:
                 self._delete_pod(namespace, name, None if grace is None else int(grace))
             )
         return status(405, "MethodNotAllowed", f"{verb} on pods")
+
+    async def _watch_pods(self, request: web.Request, namespace: str) -> web.StreamResponse:
+        """A watch of the namespace's pods, as the API streams it: one JSON event a line, every
+        pod first (ADDED: a watch without a resourceVersion starts from the state now), then
+        each change, until `timeoutSeconds` or the server's shutdown."""
+        timeout = float(request.query.get("timeoutSeconds", "1800"))
+        queue: asyncio.Queue[tuple[str, dict[str, Any]] | None] = asyncio.Queue()
+        for key, pod in sorted(self.pods.items()):
+            if key[0] == namespace:
+                queue.put_nowait(("ADDED", copy.deepcopy(pod)))
+        watcher = (namespace, queue)
+        self._watchers.append(watcher)
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        await response.prepare(request)
+        deadline = asyncio.get_running_loop().time() + timeout
+        try:
+            while True:
+                left = deadline - asyncio.get_running_loop().time()
+                if left <= 0:
+                    break
+                try:
+                    event = await asyncio.wait_for(queue.get(), left)
+                except TimeoutError:
+                    break
+                if event is None:
+                    break
+                line = json.dumps({"type": event[0], "object": event[1]}) + "\n"
+                await response.write(line.encode())
+            await response.write_eof()
+        except (ConnectionResetError, RuntimeError):
+            pass  # the client went away
+        finally:
+            self._watchers.remove(watcher)
+        return response
 
     async def _patch_pod(
         self,
@@ -894,6 +948,7 @@ class FakeKube:
         meta["resourceVersion"] = str(next(self._versions))
         self.pods[(namespace, name)] = stored
         self._kubelet_sync(stored)
+        self._emit("MODIFIED", stored)
         return web.json_response(stored)
 
     def _kubelet_sync(self, pod: dict[str, Any]) -> None:
@@ -1059,6 +1114,7 @@ class FakeKube:
             )
             meta["deletionGracePeriodSeconds"] = period
             meta["resourceVersion"] = str(next(self._versions))
+            self._emit("MODIFIED", pod)
         return pod
 
     def terminating(self) -> list[Key]:
@@ -1077,6 +1133,7 @@ class FakeKube:
         """Remove a pod; a LeaderWorkerSet leader takes its group's workers with it (they
         belong to the leader, so the garbage collector deletes them)."""
         pod = self.pods.pop((namespace, name))
+        self._emit("DELETED", pod)
         labels = pod["metadata"]["labels"]
         if labels.get(LWS_WORKER) == "0" and LWS_NAME in labels:
             for key, other in list(self.pods.items()):
@@ -1086,7 +1143,7 @@ class FakeKube:
                     and theirs.get(LWS_NAME) == labels[LWS_NAME]
                     and theirs.get(LWS_GROUP) == labels.get(LWS_GROUP)
                 ):
-                    del self.pods[key]
+                    self._emit("DELETED", self.pods.pop(key))
 
     async def _replicasets(
         self, request: web.Request, verb: str, namespace: str, name: str | None, sub: str | None

@@ -9,12 +9,12 @@ from __future__ import annotations
 import asyncio
 import datetime
 import os
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
-from kubernetes_asyncio import client, config
+from kubernetes_asyncio import client, config, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from stallwatch.common.kubernetes_config import KubernetesSettings
@@ -181,6 +181,20 @@ class KubeApi:
     async def pods(self, namespace: str, label_selector: str) -> list[PodFacts]:
         listed = await self.core.list_namespaced_pod(namespace, label_selector=label_selector)
         return [pod_facts(pod) for pod in listed.items]
+
+    async def watch_pods(
+        self, namespace: str, timeout: float
+    ) -> AsyncIterator[tuple[str, PodFacts]]:
+        """The namespace's pods as they change, for up to `timeout` seconds: first each pod as
+        it is (ADDED), then (ADDED, MODIFIED or DELETED, the pod) as the API reports them
+        (`pods: watch`)."""
+        async with watch.Watch() as stream:
+            async for event in stream.stream(
+                self.core.list_namespaced_pod, namespace, timeout_seconds=max(1, round(timeout))
+            ):
+                kind = event.get("type")
+                if kind in ("ADDED", "MODIFIED", "DELETED"):
+                    yield kind, pod_facts(event["object"])
 
     async def patch_status(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
         """A strategic merge patch of the pod's status (`pods/status: patch`)."""

@@ -1,9 +1,10 @@
 """Pods in and out of users' rotation through the API: the readiness gate condition or the label
 `stallwatch.io/routable` (`kubernetes.quarantine_mode`); what to write is core/kube_routing.py's.
 
-A sync over the pods of the restarter's namespaces keeps every opted-in pod's mark right: True
-once its containers are ready (a readiness gate blocks by default: without the restarter a new
-opted-in pod stays NotReady), False while its target is out of rotation. Each write is read back
+A watch of the pods of the restarter's namespaces, and a full sync at start and every 30 s, keep
+every opted-in pod's mark right: True once its containers are ready (a readiness gate blocks by
+default: without the restarter a new opted-in pod stays NotReady), False while its target is
+out of rotation. Each write is read back
 after `readback_delay`, and a `Ready` that disagrees with the gate is logged and counted.
 Only the replica that acts (the Lease holder) writes.
 """
@@ -38,7 +39,13 @@ __all__ = ["CALLS_BY_MODE", "LabelSelectorConflict", "PodRouting"]
 
 log = logging.getLogger("stallwatch.restarter")
 
-SYNC_INTERVAL_SECONDS = 5.0
+# The pods are watched (a new pod's gate is written as soon as its containers are ready); a
+# full list, and the Services' check, every SYNC_INTERVAL_SECONDS catches what a watch missed.
+SYNC_INTERVAL_SECONDS = 30.0
+# Each watch ends after this long and starts anew (the API sends every pod again).
+WATCH_SECONDS = 300.0
+# After a watch broke (the API refused it or could not be reached), the next one waits this long.
+WATCH_RETRY_SECONDS = 5.0
 # The kubelet acts on a gate change of a settled pod in tens of milliseconds.
 READBACK_DELAY_SECONDS = 2.0
 _MAX_READBACKS = 100
@@ -47,9 +54,16 @@ _MAX_READBACKS = 100
 # RBAC rule names them: deploy/kubernetes/restarter/rbac-<mode>.yaml grants exactly these (a
 # unit test compares the two).
 CALLS_BY_MODE: dict[QuarantineMode, frozenset[tuple[str, str, str]]] = {
-    "readiness_gate": frozenset({("", "pods/status", "patch"), ("", "services", "list")}),
+    "readiness_gate": frozenset(
+        {("", "pods", "watch"), ("", "pods/status", "patch"), ("", "services", "list")}
+    ),
     "label": frozenset(
-        {("", "pods", "patch"), ("apps", "replicasets", "get"), ("apps", "statefulsets", "get")}
+        {
+            ("", "pods", "watch"),
+            ("", "pods", "patch"),
+            ("apps", "replicasets", "get"),
+            ("apps", "statefulsets", "get"),
+        }
     ),
     "off": frozenset(),
 }
@@ -70,6 +84,8 @@ class PodRouting:
         on_count: Callable[[str], None] | None = None,
         sync_interval: float = SYNC_INTERVAL_SECONDS,
         readback_delay: float = READBACK_DELAY_SECONDS,
+        watch_seconds: float = WATCH_SECONDS,
+        watch_retry: float = WATCH_RETRY_SECONDS,
     ) -> None:
         self.api = api
         self.mode: RoutingMode = mode
@@ -80,6 +96,10 @@ class PodRouting:
         self.on_count = on_count
         self.sync_interval = sync_interval
         self.readback_delay = readback_delay
+        self.watch_seconds = watch_seconds
+        self.watch_retry = watch_retry
+        # namespace -> the task watching its pods.
+        self._watches: dict[str, asyncio.Task[None]] = {}
         # The pods of the restarter's namespaces as last listed: (namespace, name) -> facts.
         self.pods: dict[tuple[str, str], PodFacts] = {}
         self.divergences = 0
@@ -108,14 +128,65 @@ class PodRouting:
                     "quarantine_mode label: " + "; ".join(sorted(conflicts))
                 )
         await self.sync_or_log()
+        self._follow_namespaces()
         self._task = asyncio.create_task(self._loop())
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
+        tasks = [t for t in (self._task, *self._watches.values()) if t is not None]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+                await task
+        self._watches.clear()
         await self.settled()
+
+    def _follow_namespaces(self) -> None:
+        """One watch per namespace of the restarter's (they change with a reload)."""
+        wanted = set(self.namespaces())
+        for namespace in set(self._watches) - wanted:
+            self._watches.pop(namespace).cancel()
+        for namespace in wanted - set(self._watches):
+            self._watches[namespace] = asyncio.create_task(self._watch(namespace))
+
+    async def _watch(self, namespace: str) -> None:
+        """Follow the namespace's pods: each one reported (new, changed) gets its mark at once
+        if it needs one; a broken watch starts again after `watch_retry`."""
+        while True:
+            try:
+                async for kind, pod in self.api.watch_pods(namespace, self.watch_seconds):
+                    await self._seen(kind, pod)
+                continue
+            except API_ERRORS as error:
+                log.debug("pods of %s not watched: %s", namespace, answer_of(error))
+            except Exception as error:  # a watch must outlive an answer it cannot read
+                log.warning("pods of %s not watched: %s", namespace, error)
+            await asyncio.sleep(self.watch_retry)
+
+    async def _seen(self, kind: str, pod: PodFacts) -> None:
+        key = (pod.namespace, pod.name)
+        if kind == "DELETED":
+            self.pods.pop(key, None)
+            return
+        self.pods[key] = pod
+        if not self.acting() or in_sync(pod, self.out(target_name(pod)), self.mode) is None:
+            return
+        async with self._lock:  # the event may be older than a write since: read it again
+            fresh = await self._fresh(pod)
+            if fresh is None:
+                return
+            wanted = in_sync(fresh, self.out(target_name(fresh)), self.mode)
+            if wanted is not None:
+                await self._write(fresh, wanted)
+
+    async def _fresh(self, pod: PodFacts) -> PodFacts | None:
+        """The pod as it is now (None: gone, replaced, or not readable)."""
+        try:
+            again = await self.api.pod(pod.namespace, pod.name)
+        except API_ERRORS as error:
+            log.warning("pod %s/%s not read: %s", pod.namespace, pod.name, answer_of(error))
+            return None
+        return again if again is not None and again.uid == pod.uid else None
 
     async def settled(self) -> None:
         """Wait for every read-back under way."""
@@ -125,6 +196,7 @@ class PodRouting:
     async def _loop(self) -> None:
         while True:
             await asyncio.sleep(self.sync_interval)
+            self._follow_namespaces()
             await self.sync_or_log()
 
     async def sync_or_log(self) -> None:
@@ -186,15 +258,20 @@ class PodRouting:
                     self._counted("publish_not_ready_service")
 
     # --- one target ------------------------------------------------------------------------
+    @property
+    def lock(self) -> asyncio.Lock:
+        """Held by every write: a routing change holds it from its record to its writes, so a
+        sync or a watch event never writes between them."""
+        return self._lock
+
     async def set(self, pods: Iterable[PodFacts], wanted: Routable) -> int:
-        """Write `wanted` on each opted-in pod of a target (read just now); how many were
-        written."""
-        async with self._lock:
-            written = 0
-            for pod in pods:
-                if opted_in(pod, self.mode) and await self._write(pod, wanted):
-                    written += 1
-            return written
+        """Write `wanted` on each opted-in pod of a target, read just now under `lock` (the
+        caller holds it); how many were written."""
+        written = 0
+        for pod in pods:
+            if opted_in(pod, self.mode) and await self._write(pod, wanted):
+                written += 1
+        return written
 
     async def _write(self, pod: PodFacts, wanted: Routable) -> bool:
         if self.mode == "label":

@@ -243,25 +243,30 @@ class KubeSide:
             return
         out = change.move in ("quarantined", "restarting")
         if out:
-            self.out_of_rotation.add(target.name)
-        else:
-            self.out_of_rotation.discard(target.name)
-        if self.routing is None or not self.acting:
-            return
-        pod = _pod_of(target)
-        if pod is None:
-            return
-        if out:
             wanted = Routable(False, camel(change.reason), change.detail or change.reason)
         else:
             message = f"back in rotation ({change.reason}) after {change.out_for:.0f} s"
             wanted = Routable(True, IN_ROTATION, message)
-        try:
-            pods = await self._pods_of(*pod)
-        except API_ERRORS as error:
-            log.warning("pods of %s not read: %s", target.name, answer_of(error))
+        if self.routing is None:
+            self._record_out(target.name, out)
             return
-        await self.routing.set(pods, wanted)
+        async with self.routing.lock:  # no sync or watch event writes in between
+            self._record_out(target.name, out)
+            pod = _pod_of(target)
+            if pod is None or not self.acting:
+                return
+            try:
+                pods = await self._pods_of(*pod)
+            except API_ERRORS as error:
+                log.warning("pods of %s not read: %s", target.name, answer_of(error))
+                return
+            await self.routing.set(pods, wanted)
+
+    def _record_out(self, name: str, out: bool) -> None:
+        if out:
+            self.out_of_rotation.add(name)
+        else:
+            self.out_of_rotation.discard(name)
 
     async def _pods_of(self, namespace: str, name: str) -> list[PodFacts]:
         """The pod, or every pod of its LeaderWorkerSet group, read now."""
