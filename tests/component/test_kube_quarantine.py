@@ -36,7 +36,14 @@ from tests.component.test_restarter_kubernetes import (
     sim_port,
     write_config,
 )
-from tests.support.kube_fake import ADMIN_TOKEN, FakeKube, make_pod
+from tests.support.kube_fake import (
+    ADMIN_TOKEN,
+    LWS_GROUP,
+    LWS_NAME,
+    LWS_WORKER,
+    FakeKube,
+    make_pod,
+)
 
 GATE = [ROUTABLE]
 STAMP = "2026-11-30T00:53:20Z"  # Clock's start, as a metav1.Time
@@ -185,6 +192,25 @@ async def test_only_the_gate_condition_is_written_by_strategic_merge(tmp_path: P
         assert set(body) == {"status"}
         assert [c["type"] for c in body["status"]["conditions"]] == [ROUTABLE]
     assert kinds == ["PodScheduled", "Initialized", "ContainersReady", "Ready", ROUTABLE]
+
+
+async def test_a_leaderworkerset_group_leaves_rotation_whole(tmp_path: Path) -> None:
+    """A group target's quarantine writes the gate False on every pod of the group (leader and
+    workers), and on no pod of another group; a sync keeps them all out."""
+    async with fake_kube() as fake:
+        for group, worker in [("0", "0"), ("0", "1"), ("1", "0")]:
+            labels = {**SERVER_LABELS, LWS_NAME: "big", LWS_GROUP: group, LWS_WORKER: worker}
+            name = f"big-{group}" if worker == "0" else f"big-{group}-{worker}"
+            fake.add_pod(make_pod("llm", name, labels=labels, readiness_gates=GATE))
+        async with kube_side(fake, tmp_path) as side:
+            target = replace(pod_target("big-0"), name="llm/big-group-0")
+            out = RoutingChange("quarantined", target.name, "stalled", "stall confirmed")
+            await side.on_routing(out, target)
+            assert side.routing is not None
+            assert await side.routing.sync() == 0
+    assert status_of(fake, "big-0", ROUTABLE) == "False"
+    assert status_of(fake, "big-0-1", ROUTABLE) == "False"
+    assert status_of(fake, "big-1", ROUTABLE) == "True"
 
 
 async def test_last_transition_time_moves_only_when_the_status_changes(tmp_path: Path) -> None:
