@@ -4,9 +4,8 @@
 A watch of the pods of the restarter's namespaces, and a full sync at start and every 30 s, keep
 every opted-in pod's mark right: True once its containers are ready (a readiness gate blocks by
 default: without the restarter a new opted-in pod stays NotReady), False while its target is
-out of rotation. Each write is read back
-after `readback_delay`, and a `Ready` that disagrees with the gate is logged and counted.
-Only the replica that acts (the Lease holder) writes.
+out of rotation. Each write is read back after `readback_delay`, and a `Ready` that disagrees
+with the gate is logged and counted. Only the replica that acts (the Lease holder) writes.
 """
 
 from __future__ import annotations
@@ -51,8 +50,8 @@ READBACK_DELAY_SECONDS = 2.0
 _MAX_READBACKS = 100
 
 # The API calls each mode makes beyond the restart actions' (apiGroup, resource, verb), as an
-# RBAC rule names them: deploy/kubernetes/restarter/rbac-<mode>.yaml grants exactly these (a
-# unit test compares the two).
+# RBAC rule names them: deploy/kubernetes/restarter/rbac-<mode>.yaml and the chart's
+# ClusterRole grant exactly these (a unit test and a contract test compare them).
 CALLS_BY_MODE: dict[QuarantineMode, frozenset[tuple[str, str, str]]] = {
     "readiness_gate": frozenset(
         {("", "pods", "watch"), ("", "pods/status", "patch"), ("", "services", "list")}
