@@ -194,6 +194,21 @@ async def test_only_the_gate_condition_is_written_by_strategic_merge(tmp_path: P
     assert kinds == ["PodScheduled", "Initialized", "ContainersReady", "Ready", ROUTABLE]
 
 
+async def test_the_restarters_own_verdict_keeps_a_pod_out(tmp_path: Path) -> None:
+    """A target the restarter's verdict says is out (a quarantine read back from its journal,
+    with no routing change this run) is written False by the sync; its neighbour True."""
+    async with fake_kube() as fake:
+        for name in ("vllm-0", "vllm-1"):
+            fake.add_pod(make_pod("llm", name, labels=SERVER_LABELS, readiness_gates=GATE))
+        async with kube_side(fake, tmp_path) as side:
+            side.routable = lambda name: name != "llm/vllm-0"
+            assert side.routing is not None
+            await side.routing.sync()
+            (gate,) = fake.condition("llm", "vllm-0", ROUTABLE)
+    assert (gate["status"], gate["reason"]) == ("False", "OutOfRotation")
+    assert status_of(fake, "vllm-1", ROUTABLE) == "True"
+
+
 async def test_a_leaderworkerset_group_leaves_rotation_whole(tmp_path: Path) -> None:
     """A group target's quarantine writes the gate False on every pod of the group (leader and
     workers), and on no pod of another group; a sync keeps them all out."""
