@@ -16,6 +16,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from stallwatch.common.config_files import load_restarter_config
 from stallwatch.common.kubernetes_config import KubernetesAction, KubernetesSettings
 from stallwatch.common.restarter_config import RestarterConfig
+from stallwatch.core.kube_routing import ROUTABLE
 from stallwatch.restarter.app import RESTARTER_KEY, build_app
 from stallwatch.restarter.kube.action import PodRestarter
 from stallwatch.restarter.kube.api import ApiException, KubeApi
@@ -24,13 +25,18 @@ from stallwatch.simulator.testing import SimHandle, running_simulator
 from tests.support.kube_fake import LWS_GROUP, LWS_NAME, LWS_WORKER, FakeKube, granted, make_pod
 from tests.support.restarter import AUTH, STARTS_AT, TOKEN, payload, settle
 
-RBAC = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes" / "restarter" / "rbac.yaml"
+RESTARTER = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes" / "restarter"
+RBAC = RESTARTER / "rbac.yaml"
 SERVER_LABELS = {"app.kubernetes.io/name": "vllm"}
 
 
-def role_rules() -> list[dict[str, Any]]:
-    """The rules of the restarter's ClusterRole and Role, as shipped."""
-    docs = [d for d in yaml.safe_load_all(RBAC.read_text()) if d]
+def role_rules(quarantine_mode: str = "readiness_gate") -> list[dict[str, Any]]:
+    """The rules of the restarter's ClusterRoles and Role, as shipped, with those of a
+    quarantine mode (rbac-<mode>.yaml; the default one is in the kustomization)."""
+    files = [RBAC]
+    if quarantine_mode != "off":
+        files.append(RESTARTER / f"rbac-{quarantine_mode.replace('_', '-')}.yaml")
+    docs = [d for path in files for d in yaml.safe_load_all(path.read_text()) if d]
     return [rule for d in docs if d["kind"] in ("ClusterRole", "Role") for rule in d["rules"]]
 
 
@@ -41,7 +47,7 @@ async def fake_kube(rules: list[dict[str, Any]] | None = None) -> AsyncIterator[
     try:
         yield fake
     finally:
-        await fake.server.close()
+        await fake.close()
 
 
 class Clock:
@@ -61,11 +67,15 @@ def write_config(
     extra_rule: dict[str, Any] | None = None,
     more_rules: list[dict[str, Any]] | None = None,
     targets: list[dict[str, Any]] | None = None,
+    quarantine_mode: str | None = None,
+    top: dict[str, Any] | None = None,
 ) -> RestarterConfig:
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "token").write_text(TOKEN + "\n")
     (directory / "token").chmod(0o600)
     kubernetes: dict[str, Any] = {"kubeconfig": str(fake.kubeconfig(directory))}
+    if quarantine_mode is not None:
+        kubernetes["quarantine_mode"] = quarantine_mode
     if identity is not None:
         kubernetes["lease"] = {
             "name": "stallwatch-restarter",
@@ -93,6 +103,7 @@ def write_config(
     }
     if targets:
         document["targets"] = targets
+    document.update(top or {})
     path = directory / "restarter.yml"
     path.write_text(yaml.safe_dump(document))
     return load_restarter_config(path)
@@ -455,14 +466,22 @@ async def test_a_lease_written_from_a_stale_read_conflicts(tmp_path: Path) -> No
     assert raised.value.status == 409
 
 
-async def test_the_role_grants_exactly_the_calls_the_restarter_makes(tmp_path: Path) -> None:
-    """Every kind of call (all action modes, a group, the Lease, Events) against a fake that
-    grants the shipped Role: nothing is denied, and every rule of the Role is used."""
-    rules = role_rules()
+@pytest.mark.parametrize("quarantine_mode", ["readiness_gate", "label", "off"])
+async def test_the_role_grants_exactly_the_calls_the_restarter_makes(
+    tmp_path: Path, quarantine_mode: str
+) -> None:
+    """Every kind of call (all action modes, a group, the Lease, Events, and the quarantine
+    mode's: the gate condition and the Services, or the label and the owners' selectors)
+    against a fake that grants the shipped Roles for that mode: nothing is denied, and every
+    rule is used."""
+    rules = role_rules(quarantine_mode)
+    gates = [ROUTABLE] if quarantine_mode == "readiness_gate" else None
+    label = {ROUTABLE: "false"} if quarantine_mode == "label" else {}
     async with fake_kube(rules) as fake:
-        fake.add_pod(make_pod("llm", "a", labels=SERVER_LABELS))
+        fake.add_pod(make_pod("llm", "a", labels=SERVER_LABELS, readiness_gates=gates))
         fake.add_pod(make_pod("llm", "b", labels=SERVER_LABELS))
-        fake.add_pod(make_pod("llm", "s-0", labels=SERVER_LABELS, owner=("StatefulSet", "s")))
+        owner = ("StatefulSet", "s")
+        fake.add_pod(make_pod("llm", "s-0", labels={**SERVER_LABELS, **label}, owner=owner))
         fake.add_workload("statefulsets", "llm", "s")
         fake.add_replicaset("llm", "d-1", "d")
         fake.add_workload("deployments", "llm", "d")
@@ -470,7 +489,9 @@ async def test_the_role_grants_exactly_the_calls_the_restarter_makes(tmp_path: P
         lws = {LWS_NAME: "g", LWS_GROUP: "0"}
         fake.add_pod(make_pod("llm", "g-0", labels={**lws, LWS_WORKER: "0"}))
         fake.add_pod(make_pod("llm", "g-0-1", labels={**lws, LWS_WORKER: "1"}))
-        config = write_config(tmp_path, fake, identity="restarter-a")
+        config = write_config(
+            tmp_path, fake, identity="restarter-a", quarantine_mode=quarantine_mode
+        )
         async with restarter_app(config, Clock()) as (_, restarter):
             kube = restarter.kube
             assert kube is not None
