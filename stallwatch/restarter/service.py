@@ -180,8 +180,15 @@ class Restarter:
                 clock=self.clock,
                 own_restarts=self._own_restarts,
                 on_event=self._count_event,
+                on_routing_count=self._count_routing,
             )
-            await self.kube.start()
+            self.kube.routable = self._routable
+            try:
+                await self.kube.start()
+            except BaseException:
+                await self._session.close()
+                self.kube = None
+                raise
         self.background.start(self._session, self.kube)
         self.waiting.start()
         self.rotation.start()
@@ -191,6 +198,12 @@ class Restarter:
 
     def _count_event(self, result: str) -> None:
         self.metrics.kube_events.labels(result=result).inc()
+
+    def _count_routing(self, result: str) -> None:
+        self.metrics.kube_routing.labels(result=result).inc()
+
+    def _routable(self, name: str) -> bool:
+        return self.verdict(name).routable
 
     async def stop(self) -> None:
         await self.waiting.stop()
