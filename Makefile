@@ -1,15 +1,15 @@
 # stallwatch: `make demo` runs the whole pipeline locally, `make test` runs every test.
 # Both set up what they need on a fresh machine: a virtual environment with the project and,
-# when run as root, Debian's prometheus and prometheus-alertmanager.
+# when run as root, Debian's prometheus, prometheus-alertmanager and haproxy.
 
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-SYSTEM_BINARIES := prometheus promtool prometheus-alertmanager amtool docker-compose kubectl
+SYSTEM_BINARIES := prometheus promtool prometheus-alertmanager amtool docker-compose kubectl haproxy
 # kubernetes-client (kubectl, for `kubectl kustomize`) only where no kubectl is installed: it
 # cannot be installed beside another package that ships /usr/bin/kubectl.
-DEBIAN_PACKAGES := prometheus prometheus-alertmanager docker-compose \
+DEBIAN_PACKAGES := prometheus prometheus-alertmanager docker-compose haproxy \
 	$(if $(shell command -v kubectl),,kubernetes-client)
 
 .PHONY: all test test-unit test-fast test-real demo lint bench replay real-vllm real-sglang system-deps venv clean
@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-# Debian's Prometheus 2.42 and Alertmanager 0.25 are the real parts every e2e test and the
+# Debian's Prometheus 2.42, Alertmanager 0.25 and HAProxy 2.6 are the real parts every e2e test and the
 # demo start. Installing them needs root; otherwise say exactly what is missing.
 system-deps:
 	@missing=""; for b in $(SYSTEM_BINARIES); do command -v $$b >/dev/null 2>&1 || missing="$$missing $$b"; done; \
