@@ -42,7 +42,7 @@ def test_an_agent_send_line_names_a_target(line: str, target: str) -> None:
 
 
 def test_a_routable_target_is_answered_up_which_reverts_a_down() -> None:
-    """Routable: exactly `up` (never silence, never `ready`, which would undo an operator's MAINT)."""
+    """Routable: exactly `up` (never silence; never `ready`, which undoes an operator's MAINT)."""
     assert agent_reply(IN) == "up\n"
 
 
@@ -61,7 +61,9 @@ def test_the_agent_reply_is_one_short_ascii_line_whatever_the_detail() -> None:
     """Newlines, non-ASCII and a long detail cannot break the one-line reply HAProxy reads."""
     hostile = Verdict("gpu-a", False, "hung", "line one\nline two\r" + "é" * 10 + "x" * 1000, 1.0)
     reply = agent_reply(hostile)
-    assert reply.endswith("\n") and reply.count("\n") == 1 and "\r" not in reply
+    assert reply.endswith("\n")
+    assert reply.count("\n") == 1
+    assert "\r" not in reply
     assert reply.isascii()
     assert reply.startswith("down #stallwatch: hung: line one line two ??????????")
     assert len(reply) <= len("down #") + AGENT_DESCRIPTION_CHARS + 1
@@ -97,7 +99,8 @@ def test_routable_is_200_with_one_word() -> None:
     """A known routable target: 200 and `routable`."""
     answer = routable_answer(IN, known=True, now=2000.0)
     assert (answer.status, answer.text) == (200, "routable\n")
-    assert answer.document["routable"] is True and answer.document["reason"] == "in_rotation"
+    assert answer.document["routable"] is True
+    assert answer.document["reason"] == "in_rotation"
 
 
 def test_an_unknown_target_is_200_and_says_unknown() -> None:
@@ -105,7 +108,8 @@ def test_an_unknown_target_is_200_and_says_unknown() -> None:
     answer = routable_answer(verdict("nope", {}), known=False, now=2000.0)
     assert answer.status == 200
     assert answer.text == "routable: unknown target 'nope' (fail-open)\n"
-    assert answer.document["known"] is False and answer.document["reason"] == "unknown"
+    assert answer.document["known"] is False
+    assert answer.document["reason"] == "unknown"
 
 
 def test_out_of_rotation_is_503_with_reason_detail_and_time_out() -> None:
