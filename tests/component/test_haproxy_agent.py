@@ -9,6 +9,7 @@ from typing import Any
 import aiohttp
 
 from stallwatch.core.quarantine import Quarantine
+from stallwatch.restarter.agent import AgentResponder
 from stallwatch.restarter.app import AGENT_KEY
 from stallwatch.restarter.service import Restarter
 from stallwatch.simulator.testing import SimHandle, running_simulator
@@ -66,7 +67,7 @@ async def test_a_quarantined_server_gets_no_request_through_haproxy_until_it_is_
             quarantine={"agent_listen": "127.0.0.1:0"},
         )
         async with running_restarter(config) as (client, restarter):
-            agent = client.app[AGENT_KEY]
+            agent: AgentResponder = client.app[AGENT_KEY]
             servers = [("gpu-a", gpu_a.url.removeprefix("http://")), ("gpu-b", gpu_b.url[7:])]
             with running_haproxy(tmp_path, servers, agent.port) as proxy:
                 await wait_for(
@@ -112,7 +113,7 @@ async def test_the_agents_up_leaves_an_operators_maintenance_alone(tmp_path: Pat
             quarantine={"agent_listen": "127.0.0.1:0"},
         )
         async with running_restarter(config) as (client, _):
-            agent = client.app[AGENT_KEY]
+            agent: AgentResponder = client.app[AGENT_KEY]
             servers = [("gpu-a", gpu_a.url[7:]), ("gpu-b", gpu_b.url[7:])]
             with running_haproxy(tmp_path, servers, agent.port, agent_inter="200ms") as proxy:
                 await wait_for(
