@@ -26,7 +26,7 @@ from typing import Literal, TypeVar
 
 from stallwatch.common.quarantine_config import QuarantineSettings
 from stallwatch.common.restarter_config import RestarterConfig, Target
-from stallwatch.core.alerts import Alert
+from stallwatch.core.alerts import Alert, episode_before
 from stallwatch.core.confirmation import Confirmation, FailedRead, ReadAttempt
 from stallwatch.core.policy import (
     Decision,
@@ -109,14 +109,15 @@ class FreshRead:
 
 
 @dataclass(frozen=True)
-class TestRequest:
-    """Answered with (passed, detail) of one `max_tokens: 1` request to a quarantined target
-    (out of rotation, no user shares its queue)."""
+class AskTestRequest:
+    """Answered with (passed, detail) of one `max_tokens: 1` request for `model` ("": the
+    server's one model) to a quarantined target (out of rotation, no user shares its queue)."""
 
     target: Target
+    model: str = ""
 
 
-Step = AskClock | AskHistory | AskMemory | AskPool | Confirm | FreshRead | TestRequest
+Step = AskClock | AskHistory | AskMemory | AskPool | Confirm | FreshRead | AskTestRequest
 
 
 # The state between alerts.
@@ -158,11 +159,21 @@ class AlertMemory:
         return replace(self, windows=MappingProxyType(windows))
 
     def with_waiting(self, key: str, waiting: Waiting | None) -> AlertMemory:
+        """The memory with episode `key` waiting (None: not waiting). An episode that waits
+        ends the wait of the earlier episodes of its alert (same fingerprint); a late delivery
+        of an earlier episode does not replace a later one that waits."""
         entries = dict(self.waiting)
         if waiting is None:
             entries.pop(key, None)
-        else:
-            entries[key] = waiting
+            return replace(self, waiting=MappingProxyType(entries))
+        fingerprint, starts_at = waiting.alert.fingerprint, waiting.alert.starts_at
+        for other_key, other in list(entries.items()):
+            if other_key == key or other.alert.fingerprint != fingerprint:
+                continue
+            if episode_before(starts_at, other.alert.starts_at):
+                return self
+            del entries[other_key]
+        entries[key] = waiting
         return replace(self, waiting=MappingProxyType(entries))
 
     def with_quarantine(self, target: str, quarantine: Quarantine | None) -> AlertMemory:
@@ -220,6 +231,7 @@ class AlertOutcome:
     routing: tuple[RoutingChange, ...] = ()
     near_miss: RestartWindow | None = None
     settled: Decision | None = None
+    settle: str | None = None
 
     def applied(self, memory: AlertMemory, now: float) -> AlertMemory:
         """`memory` with this outcome's changes (and windows long past their end forgotten)."""
@@ -315,6 +327,7 @@ def firing_plan(
         window = None if target is None else memory.windows.get(target.name)
         return AlertOutcome(
             decision,
+            target=None if target is None else target.name,
             alert=key,
             waiting=waiting_after(alert, decision, now, window=window, history=history),
         )
@@ -385,8 +398,8 @@ def _take_out(
     now: float,
 ) -> tuple[Quarantine | Unchanged | None, tuple[RoutingChange, ...]]:
     """Quarantine `target` on its confirmed stall, unless a guard refuses."""
-    if not settings.enabled:
-        return UNCHANGED, ()
+    if not settings.enabled or set(members) <= {target.name}:
+        return UNCHANGED, ()  # alone in its pool: there is nowhere else to send users
     refused = quarantine_refusal(target.name, members, memory.quarantines, settings.max_share)
     if refused is not None:
         why, detail = refused
@@ -404,31 +417,38 @@ def _released(
 
 
 def resolved_plan(alert: Alert, config: RestarterConfig) -> Plan:
-    """A restart alert resolved: journaled; only its own episode stops waiting (a late resolve
-    of an earlier episode leaves the current one alone); when its target has a window open, one
-    fresh read settles it: the server moved (a near miss: the window closes and the target
-    returns to rotation), or nothing moved and the window stays open for the next alert. A read
-    that connects and gets no answer is the hang itself, never a recovery."""
+    """A restart alert resolved: journaled as such; only its own episode stops waiting (a late
+    resolve of an earlier episode leaves the current one alone). `settle` names its target when
+    the target has a window open: one fresh read then settles it (`settle_plan`)."""
     key = alert_key(alert)
     target = config.target(alert.target) if alert.target else None
     memory = yield from _memory()
-    waiting: Waiting | Unchanged | None = UNCHANGED
-    if key in memory.waiting:
-        waiting = None
+    waiting: Waiting | Unchanged | None = None if key in memory.waiting else UNCHANGED
     window = None if target is None else memory.windows.get(target.name)
-    if target is None or window is None:
-        return AlertOutcome(None, alert=key, waiting=waiting)
+    settle = target.name if target is not None and window is not None else None
+    return AlertOutcome(None, alert=key, waiting=waiting, settle=settle)
+
+
+def settle_plan(target: Target) -> Plan:
+    """One fresh read once a restart alert of `target` resolved inside its window: the server
+    moved (a near miss: the window closes and the target returns to rotation), or nothing moved
+    and the window stays open for the next alert. A read that connects and gets no answer is
+    the hang itself, never a recovery."""
+    memory = yield from _memory()
+    window = memory.windows.get(target.name)
+    if window is None:
+        return AlertOutcome(None)
     read = yield FreshRead(target)
     now = yield from _clock()
     memory = yield from _memory()
     if memory.windows.get(target.name) is not window or read is None:
-        return AlertOutcome(None, alert=key, waiting=waiting)  # judged meanwhile, or no read
+        return AlertOutcome(None)  # judged meanwhile, or no read could be made
     if not isinstance(read, (FailedRead, Reading)):
         raise TypeError(f"FreshRead answered with {type(read).__name__}")
     settled, closes, moved = settle_window(window, read, now)
     current = memory.quarantines.get(target.name)
     if not closes:
-        return AlertOutcome(None, target=target.name, alert=key, waiting=waiting, settled=settled)
+        return AlertOutcome(None, target=target.name, settled=settled)
     quarantine: Quarantine | Unchanged | None = UNCHANGED
     routing: tuple[RoutingChange, ...] = ()
     if moved and current is not None:
@@ -436,9 +456,7 @@ def resolved_plan(alert: Alert, config: RestarterConfig) -> Plan:
     return AlertOutcome(
         None,
         target=target.name,
-        alert=key,
         window=None,
-        waiting=waiting,
         quarantine=quarantine,
         routing=routing,
         near_miss=window if moved else None,
@@ -520,9 +538,10 @@ def look_plan(target: Target, settings: QuarantineSettings) -> Plan:
         test_request=settings.test_request,
     )
     if judged.step == "test_request" and judged.quarantine is not None:
-        answer = yield TestRequest(target)
+        model = read.model_names[0] if isinstance(read, Reading) and read.model_names else ""
+        answer = yield AskTestRequest(target, model)
         if not isinstance(answer, tuple):
-            raise TypeError(f"TestRequest answered with {type(answer).__name__}")
+            raise TypeError(f"AskTestRequest answered with {type(answer).__name__}")
         passed, detail = answer
         now = yield from _clock()
         judged = after_test_request(judged.quarantine, bool(passed), str(detail), now)
@@ -581,3 +600,16 @@ def expedite_holds(memory: AlertMemory, held: Collection[str], now: float) -> Al
         for key, w in memory.waiting.items()
     }
     return replace(memory, waiting=MappingProxyType(entries))
+
+
+def window_alert(window: RestartWindow) -> Alert:
+    """The alert episode a window was opened for, as the journal names it (fingerprint and
+    startsAt), for the row that closes the window outside any delivery (a look that saw the
+    target move)."""
+    fingerprint, _, starts_at = window.alert.partition("@")
+    return Alert(
+        status="firing",
+        labels={"alertname": "", "target": window.target},
+        fingerprint=fingerprint,
+        starts_at=starts_at,
+    )

@@ -237,7 +237,7 @@ def pools(targets: Iterable[tuple[str, str]]) -> Mapping[str, tuple[str, ...]]:
 
 # The journal's quarantine rows, folded back into the quarantines in force (a restarter that
 # restarts keeps who is out of rotation).
-QuarantineKind = Literal["quarantined", "quarantine_refused", "released", "restarting"]
+QuarantineKind = Literal["quarantined", "refused", "released", "restarting"]
 QUARANTINE_KINDS: tuple[QuarantineKind, ...] = get_args(QuarantineKind)
 
 

@@ -15,7 +15,6 @@ alert name and target (as shipped), so each server's alert has its own group_wai
 from __future__ import annotations
 
 import bisect
-from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
@@ -30,23 +29,18 @@ from stallwatch.common.restarter_config import (
 )
 from stallwatch.core.alerts import Alert
 from stallwatch.core.classify import State
-from stallwatch.core.confirmation import Confirmation
+from stallwatch.core.confirmation import Confirmation, FailedRead, ReadAttempt
 from stallwatch.core.fleet import Controls, breaker_trip
 from stallwatch.core.holds import Hold, HoldEvent, current_holds
 from stallwatch.core.policy import (
-    Decision,
     History,
-    PastDecision,
-    PastRestart,
-    alert_key,
-    decide,
-    decide_confirmed,
 )
-from stallwatch.core.restart_window import RestartWindow, with_window
+from stallwatch.core.reading import EngineSample, Reading
 from stallwatch.core.rules import RESTART_ALERT_STATES, restart_alert_fires
 from stallwatch.replay.clock import Scheduler
 from stallwatch.replay.fleet_plan import FleetPlan
 from stallwatch.replay.fleet_state import FleetState, WayTally
+from stallwatch.replay.restarter import VirtualRestarter
 from stallwatch.replay.stallwatch_way import _rfc3339
 
 ACTION_SECONDS = 2.0
@@ -119,8 +113,8 @@ class FleetStallwatch:
         self.plan = plan
         self.config = plan.config
         self.fleet = FleetState(plan)
-        self.restarter = fleet_restarter_config(plan, fleet_rules, restart_after)
-        self.restart_after = self.restarter.targets[0].restart_after
+        self.restarter_config = fleet_restarter_config(plan, fleet_rules, restart_after)
+        self.restart_after = self.restarter_config.targets[0].restart_after
         self.name = (
             "stallwatch with fleet rules" if fleet_rules else "stallwatch without fleet rules"
         )
@@ -129,10 +123,6 @@ class FleetStallwatch:
         self.hold_events = hold_events(plan)
         self._hold_times = [event.time for event in self.hold_events]
         self._holds_at: tuple[float, Mapping[str, Hold]] = (-1.0, current_holds((), 0.0))
-        # The restarter's memory: open windows by alert episode; alerts waiting for a time, by
-        # fingerprint (the alert, the server, and when it is due).
-        self.windows: dict[str, RestartWindow] = {}
-        self.waiting: dict[str, tuple[Alert, int, float]] = {}
         self.scheduler = Scheduler()
         count = self.config.servers
         self.state: list[State | None] = [None] * count
@@ -141,11 +131,18 @@ class FleetStallwatch:
         self.proven_alive = [0.0] * count
         self.episodes: dict[tuple[int, str], _Episode] = {}
         self.seen_stalled: dict[str, float] = {}
-        self.journal: list[tuple[float, str, str, str, str]] = []
-        self.past_restarts: list[PastRestart] = []
         self.controls = Controls()
-        self.skips: Counter[str] = Counter()
         self.breaker_openings = 0
+        self._servers = {target_name(server): server for server in range(count)}
+        self._steps = [0] * count
+        self._started: dict[int, float] = {}
+        self.restarter = VirtualRestarter(
+            self.restarter_config,
+            self.scheduler,
+            self,
+            confirm_gap=self.config.confirm_gap,
+            action_seconds=ACTION_SECONDS,
+        )
 
     def run(self) -> WayTally:
         self.scheduler.at(0.0, self._tick)
@@ -154,13 +151,13 @@ class FleetStallwatch:
         while self.scheduler.next_time() < self.config.duration:
             when, action = self.scheduler.pop()
             action(when)
-        return self.fleet.tally(self.name, dict(self.skips), self.restart_after)
+        return self.fleet.tally(self.name, dict(self.restarter.skips), self.restart_after)
 
     def holds(self, now: float) -> Mapping[str, Hold]:
         """The holds in force at `now`: the journal's hold rows from `max_hold` before it up to
         it, as `TargetHolds.current` reads them."""
         if self._holds_at[0] != now:
-            since = now - self.restarter.max_hold - 1.0
+            since = now - self.restarter_config.max_hold - 1.0
             rows = self.hold_events[
                 bisect.bisect_left(self._hold_times, since) : bisect.bisect_right(
                     self._hold_times, now
@@ -244,13 +241,8 @@ class FleetStallwatch:
         episode = self.episodes.pop((server, alertname))
         if not any(s == server for s, _ in self.episodes):
             self.seen_stalled.pop(target_name(server), None)
-        alert = episode.alert
-        if alert is None:
-            return
-        # `Restarter._resolve`: the alert no longer waits; its open window is a near miss.
-        self.waiting.pop(alert.fingerprint, None)
-        if self.windows.pop(alert_key(alert), None) is not None:
-            self._record(alert, now, "skip", "recovered_in_window")
+        if episode.alert is not None:
+            self.restarter.resolve(episode.alert, now)
 
     def _notifier(self, key: tuple[int, str]):  # type: ignore[no-untyped-def]
         def notify(now: float) -> None:
@@ -275,34 +267,27 @@ class FleetStallwatch:
 
         return notify
 
-    # The restarter: one for the fleet, with its journal as the shared History.
+    # The restarter: the core's alert plans on the virtual clock (`replay/restarter.py`), one
+    # for the fleet; its steps answered from the servers' true states (coarse reads).
 
-    def _history(self, alert: Alert, now: float) -> History:
-        window = self.restarter.mass_stall.window
+    def _receive(self, server: int, alert: Alert, now: float) -> None:
+        self.restarter.receive(alert, now)
+
+    def restarter_history(self, now: float) -> History:
+        window = self.restarter_config.mass_stall.window
         stalled = frozenset(n for n, t in self.seen_stalled.items() if now - t < window)
-        same = tuple(
-            PastDecision(t, action, reason)
-            for t, fingerprint, starts_at, action, reason in self.journal
-            if fingerprint == alert.fingerprint and starts_at == alert.starts_at
-        )
-        return History(
-            restarts=tuple(self.past_restarts),
-            same_alert=same,
+        history = History(
             stalled=stalled,
             covered=self.config.servers,
             controls=self.controls,
             holds=self.holds(now),
         )
-
-    def _record(self, alert: Alert, now: float, action: str, reason: str) -> None:
-        self.journal.append((now, alert.fingerprint, alert.starts_at, action, reason))
-        if action == "skip":
-            self.skips[reason] += 1
+        return self._check_breaker(history, now)
 
     def _check_breaker(self, history: History, now: float) -> History:
         if self.controls.breaker_open:
             return history
-        why = breaker_trip(self.restarter, history.stalled, history.covered, 0)
+        why = breaker_trip(self.restarter_config, history.stalled, history.covered, 0)
         if why is None:
             return history
         self.controls = Controls(breaker_opened_at=now, breaker_detail=why)
@@ -312,79 +297,61 @@ class FleetStallwatch:
 
     def _operator_resumes(self, now: float) -> None:
         self.controls = Controls()
+        self.restarter.release(now, controls_allow=True)
 
-    def _receive(self, server: int, alert: Alert, now: float) -> None:
-        history = self._check_breaker(self._history(alert, now), now)
-        decision = decide(alert, self.restarter, history, now)
-        if not decision.restarts:
-            self._record(alert, now, decision.action, decision.reason)
-            self._wait(server, alert, decision, now)
-            return
+    def confirm_first(self, target: Target, now: float) -> object:
+        return None
 
-        def confirm(later: float) -> None:
-            self.fleet.advance(later)
-            history = self._check_breaker(self._history(alert, later), later)
-            confirmation = self._confirmation(server, later)
-            final = decide_confirmed(alert, self.restarter, history, later, confirmation)
-            key = alert_key(alert)
-            target = self.restarter.target(alert.target or "")
-            if target is not None:
-                windowed = with_window(
-                    final,
-                    self.windows.get(key),
-                    alert=key,
-                    target=target,
-                    confirmation=confirmation,
-                    now=later,
-                )
-                if windowed.window is None:
-                    self.windows.pop(key, None)
-                else:
-                    self.windows[key] = windowed.window
-                final = windowed.decision
-            self._record(alert, later, final.action, final.reason)
-            self._wait(server, alert, final, later)
-            if final.restarts:
-                self.past_restarts.append(
-                    PastRestart(alert.target or "", later, later + ACTION_SECONDS)
-                )
-                self.fleet.restart(server, later)
-
-        self.scheduler.at(now + self.config.confirm_gap, confirm)
-
-    def _wait(self, server: int, alert: Alert, decision: Decision, now: float) -> None:
-        """`HeldAlerts.note` for the alerts that wait for a time: judged again at the window's
-        end, or once the target's hold has ended (run out, or released when the sync ended)."""
-        due: float | None = None
-        if decision.reason == "restart_window":
-            window = self.windows.get(alert_key(alert))
-            due = None if window is None else window.due_at
-        elif decision.reason == "on_hold":
-            due = self._hold_ends(alert.target or "", now)
-        if due is None:
-            self.waiting.pop(alert.fingerprint, None)
-            return
-        self.waiting[alert.fingerprint] = (alert, server, due)
-        self.scheduler.at(due, self._release)
-
-    def _hold_ends(self, target: str, now: float) -> float | None:
-        """When the target's hold in force at `now` ends: its release, or it runs out."""
-        hold = self.holds(now).get(target)
-        if hold is None:
-            return None
-        released = [
-            event.time
-            for event in self.hold_events
-            if event.kind == "hold_released" and event.target == target and event.time > now
-        ]
-        return min([hold.until, *released])
-
-    def _release(self, now: float) -> None:
+    def confirm(self, target: Target, first: object, now: float) -> Confirmation:
         self.fleet.advance(now)
-        due = [(f, a, s) for f, (a, s, when) in self.waiting.items() if when <= now]
-        for fingerprint, alert, server in due:
-            del self.waiting[fingerprint]
-            self._receive(server, alert, now)
+        return self._confirmation(self._server(target), now)
+
+    def fresh_read(self, target: Target, now: float) -> ReadAttempt | None:
+        """A coarse reading from the server's true state: one engine whose step counter moves
+        while it serves and stays put while it is frozen."""
+        self.fleet.advance(now)
+        server = self._server(target)
+        fleet = self.fleet
+        if fleet.loading(server, now):
+            return FailedRead("unreachable", "connection refused")
+        if self.plan.blipped(server, now):
+            return FailedRead("no_answer", "connected, no answer")
+        hang = fleet.hang[server]
+        silence = fleet.silent(server, now)
+        frozen = hang is not None or silence is not None
+        running_frozen = (hang is not None and hang.running_at_hang) or (
+            hang is None and silence is not None and silence.running_at_start
+        )
+        busy = not frozen and self.plan.busy(server, now)
+        if busy:
+            self._steps[server] += 1
+        sample = EngineSample(
+            model_name="replayed",
+            engine="0",
+            running=1.0 if running_frozen or busy else 0.0,
+            waiting=0.0,
+            steps=float(self._steps[server]),
+            requests_completed=float(self._steps[server]),
+        )
+        started = self._started.get(server, 0.0)
+        return Reading(taken_at=now, engines=(sample,), process_start_time=started)
+
+    def test_request(self, target: Target, now: float) -> tuple[bool, str]:
+        server = self._server(target)
+        fleet = self.fleet
+        if fleet.loading(server, now) or fleet.hang[server] is not None:
+            return False, "no answer"
+        if fleet.silent(server, now) is not None:
+            return False, "no answer"
+        return True, "answered"
+
+    def restart(self, target: Target, now: float) -> None:
+        server = self._server(target)
+        self._started[server] = now
+        self.fleet.restart(server, now)
+
+    def _server(self, target: Target) -> int:
+        return self._servers[target.name]
 
     def _confirmation(self, server: int, now: float) -> Confirmation:
         """What two fresh reads of the server, `confirm_gap` apart, would show."""

@@ -29,17 +29,17 @@ from stallwatch.common.restarter_config import (
 )
 from stallwatch.core.alerts import Alert
 from stallwatch.core.classify import State
-from stallwatch.core.confirmation import Confirmation, judge_reads
+from stallwatch.core.confirmation import (
+    Confirmation,
+    FailedRead,
+    ReadAttempt,
+    judge_attempts,
+    worth_a_second_read,
+)
 from stallwatch.core.history import PollOutcome, TargetHistory
 from stallwatch.core.holds import current_holds
 from stallwatch.core.policy import (
-    Decision,
     History,
-    PastDecision,
-    PastRestart,
-    alert_key,
-    decide,
-    decide_confirmed,
 )
 from stallwatch.core.poll_plan import (
     AskFaults,
@@ -56,11 +56,11 @@ from stallwatch.core.poll_plan import (
     poll_plan,
 )
 from stallwatch.core.reading import Reading
-from stallwatch.core.restart_window import RestartWindow, with_window
 from stallwatch.core.rules import ADMISSION_STALLED_ALERT, DEGRADED_ALERT, restart_alerts
 from stallwatch.replay.clock import Scheduler
 from stallwatch.replay.config import ReplayConfig
 from stallwatch.replay.degraded import DegradedAlert
+from stallwatch.replay.restarter import VirtualRestarter
 from stallwatch.replay.server import TARGET_NAME, SimulatedServer
 
 # The degradation alerts of prometheus/alerts.yml, for people only: the reasons each watches
@@ -120,15 +120,6 @@ class _Episode:
     alert: Alert | None = None  # as last delivered
 
 
-@dataclass
-class _JournalEntry:
-    time: float
-    fingerprint: str
-    starts_at: str
-    action: str
-    reason: str
-
-
 class Stallwatch:
     """Exporter, alert rule, Alertmanager timing and restarter, on the virtual clock."""
 
@@ -136,7 +127,7 @@ class Stallwatch:
         self.server = server
         self.scheduler = scheduler
         self.config = server.config
-        self.restarter = restarter_config(self.config)
+        self.restarter_config = restarter_config(self.config)
         self.target = exporter_target(self.config)
         self.history = TargetHistory()
         # What Prometheus last scraped: the exporter's state and count, the restarter's hold
@@ -144,15 +135,14 @@ class Stallwatch:
         self.scraped: tuple[State | None, int, float | None] = (None, 0, None)
         self.episodes: dict[str, _Episode] = {}
         self.last_flush: dict[str, float] = {}
-        self.journal: list[_JournalEntry] = []
-        self.past_restarts: list[PastRestart] = []
-        self.skips: Counter[str] = Counter()
-        # The restarter's memory: open windows by alert episode; alerts waiting for a time (a
-        # window's end, a hold's end), by fingerprint, with when they are due.
-        self.windows: dict[str, RestartWindow] = {}
-        self.waiting: dict[str, tuple[Alert, str, float]] = {}
-        self.near_misses: list[float] = []  # how long each window ran before its recovery
-        self._release_checking = False
+        self.restarter = VirtualRestarter(
+            self.restarter_config,
+            scheduler,
+            self,
+            confirm_gap=self.config.confirm_gap,
+            action_seconds=self.config.action_seconds,
+            release_check_seconds=self.config.release_check_seconds,
+        )
         self._polling = False
         # Degradation alerts, for people: what Prometheus last scraped, each rule's pending
         # start, and every firing episode as [alertname, fired at, resolved at or None].
@@ -314,125 +304,47 @@ class Stallwatch:
         episode.alert = alert
         self._receive(alert, now)
 
-    # The restarter (Restarter.judge's steps): the cheap checks, two fresh reads of the server,
-    # the checks again with the reads' verdict, then the action.
+    # The restarter: the core's alert plans on the virtual clock (`replay/restarter.py`), its
+    # steps answered by the replayed server.
 
-    def _journal_history(self, alert: Alert, now: float) -> History:
-        same = tuple(
-            PastDecision(entry.time, entry.action, entry.reason)
-            for entry in self.journal
-            if entry.fingerprint == alert.fingerprint and entry.starts_at == alert.starts_at
-        )
-        return History(
-            restarts=tuple(self.past_restarts),
-            same_alert=same,
-            holds=current_holds(self.server.hold_events, now),
-        )
+    @property
+    def skips(self) -> Counter[str]:
+        return self.restarter.skips
 
-    def _record(self, alert: Alert, now: float, decision: Decision) -> None:
-        self.journal.append(
-            _JournalEntry(now, alert.fingerprint, alert.starts_at, decision.action, decision.reason)
-        )
-        if decision.action == "skip":
-            self.skips[decision.reason] += 1
-        self._wait(alert, decision, now)
+    @property
+    def near_misses(self) -> list[float]:
+        return self.restarter.near_misses
 
-    def _resolved(self, alert: Alert, now: float) -> None:
-        """The alert resolved (`Restarter._resolve`): its window, if open, closes as a near
-        miss, and it no longer waits to be judged again."""
-        self.waiting.pop(alert.fingerprint, None)
-        window = self.windows.pop(alert_key(alert), None)
-        if window is not None:
-            self.near_misses.append(now - window.opened_at)
-            self._record(
-                alert,
-                now,
-                Decision("skip", "recovered_in_window", "the alert resolved in its window"),
-            )
+    def restarter_history(self, now: float) -> History:
+        return History(holds=current_holds(self.server.hold_events, now))
 
-    # Alerts that wait for a time (`HeldAlerts`, `HeldRelease`): a restart window's end is
-    # judged again then; an alert on hold once the target's hold has ended (run out or released).
+    def confirm_first(self, target: Target, now: float) -> ReadAttempt:
+        return self._attempt(now)
 
-    def _wait(self, alert: Alert, decision: Decision, now: float) -> None:
-        if decision.reason == "restart_window":
-            window = self.windows.get(alert_key(alert))
-            if window is not None:
-                self.waiting[alert.fingerprint] = (alert, decision.reason, window.due_at)
-                self.scheduler.at(window.due_at, self._release)
-                return
-        if decision.reason == "on_hold":
-            hold = current_holds(self.server.hold_events, now).get(TARGET_NAME)
-            if hold is not None:
-                self.waiting[alert.fingerprint] = (alert, decision.reason, hold.until)
-                if not self._release_checking:
-                    self._release_checking = True
-                    self.scheduler.at(now + self.config.release_check_seconds, self._check_holds)
-                return
-        self.waiting.pop(alert.fingerprint, None)
+    def confirm(self, target: Target, first: object, now: float) -> Confirmation:
+        assert isinstance(first, (Reading, FailedRead))
+        if not worth_a_second_read(first):
+            return judge_attempts(first, None)
+        return judge_attempts(first, self._attempt(now))
 
-    def _check_holds(self, now: float) -> None:
-        """Every release check: an alert waiting on a hold that has ended is due now."""
-        holds = current_holds(self.server.hold_events, now)
-        for fingerprint, (alert, reason, due) in list(self.waiting.items()):
-            if reason == "on_hold" and (TARGET_NAME not in holds or due <= now):
-                self.waiting[fingerprint] = (alert, reason, now)
-        self._release(now)
-        self._release_checking = any(r == "on_hold" for _a, r, _d in self.waiting.values())
-        if self._release_checking:
-            self.scheduler.at(now + self.config.release_check_seconds, self._check_holds)
+    def fresh_read(self, target: Target, now: float) -> ReadAttempt | None:
+        return self._attempt(now)
 
-    def _release(self, now: float) -> None:
-        due = [(f, a) for f, (a, _r, when) in self.waiting.items() if when <= now]
-        for fingerprint, alert in due:
-            del self.waiting[fingerprint]
-            self._receive(alert, now)
+    def test_request(self, target: Target, now: float) -> tuple[bool, str]:
+        reading = self.server.read(now)
+        if reading is None or self.server.frozen:
+            return False, "no answer"
+        return True, "answered"
 
-    # The restarter (Restarter.judge's steps): the cheap checks, two fresh reads of the server,
-    # the checks again with the reads' verdict, the restart window, then the action.
+    def restart(self, target: Target, now: float) -> None:
+        self.server.restart(now, "stallwatch")
+
+    def _attempt(self, now: float) -> ReadAttempt:
+        reading = self.server.read(now)
+        return FailedRead("unreachable", "connection refused") if reading is None else reading
 
     def _receive(self, alert: Alert, now: float) -> None:
-        decision = decide(alert, self.restarter, self._journal_history(alert, now), now)
-        if not decision.restarts:
-            self._record(alert, now, decision)
-            return
-        first = self.server.read(now)
-        if first is None:
-            self._conclude(alert, now, Confirmation(False, "down", "connection refused"))
-            return
+        self.restarter.receive(alert, now)
 
-        def second_read(later: float, first: Reading = first) -> None:
-            again = self.server.read(later)
-            if again is None:
-                confirmation = Confirmation(False, "down", "connection refused")
-            else:
-                confirmation = judge_reads(first, again)
-            self._conclude(alert, later, confirmation)
-
-        self.scheduler.at(now + self.config.confirm_gap, second_read)
-
-    def _conclude(self, alert: Alert, now: float, confirmation: Confirmation) -> None:
-        final = decide_confirmed(
-            alert, self.restarter, self._journal_history(alert, now), now, confirmation
-        )
-        key = alert_key(alert)
-        windowed = with_window(
-            final,
-            self.windows.get(key),
-            alert=key,
-            target=self.restarter.targets[0],
-            confirmation=confirmation,
-            now=now,
-        )
-        if windowed.window is None:
-            self.windows.pop(key, None)
-        else:
-            self.windows[key] = windowed.window
-        if windowed.recovered is not None:
-            self.near_misses.append(now - windowed.recovered.opened_at)
-        decision = windowed.decision
-        self._record(alert, now, decision)
-        if decision.restarts:
-            self.past_restarts.append(
-                PastRestart(TARGET_NAME, now, now + self.config.action_seconds)
-            )
-            self.server.restart(now, "stallwatch")
+    def _resolved(self, alert: Alert, now: float) -> None:
+        self.restarter.resolve(alert, now)

@@ -204,7 +204,6 @@ async def handle_hold(request: web.Request) -> web.StreamResponse:
         )
         judged = 0
         if released:
-            restarter.held.expedite(target, restarter.clock())
             judged = await restarter.release_held()
         return web.json_response(
             {"status": "ok", "target": target, "released": released, "judged_again": judged}

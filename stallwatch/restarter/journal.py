@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from stallwatch.core.alert_plan import RoutingChange
 from stallwatch.core.alerts import Alert
 from stallwatch.core.fleet import CONTROL_KINDS, ControlKind
 from stallwatch.core.holds import HOLD_KINDS, HoldKind
@@ -35,10 +36,12 @@ CREATE TABLE IF NOT EXISTS journal (
     fingerprint TEXT NOT NULL,
     starts_at TEXT NOT NULL,
     decision TEXT NOT NULL,          -- restart | skip | resolved | action_result | control
-                                     -- | load_measured | hold
+                                     -- | load_measured | hold | routing
     reason TEXT NOT NULL,            -- skip reason; on action_result rows the result;
                                      -- on control rows breaker_open | paused | resumed;
-                                     -- on hold rows hold | hold_released
+                                     -- on hold rows hold | hold_released;
+                                     -- on routing rows quarantined | refused |
+                                     -- restarting | released (result: why)
     detail TEXT NOT NULL,
     result TEXT,                     -- action_result rows: success|failure|timeout|interrupted
     duration_seconds REAL,           -- action_result and load_measured rows; a pause's length
@@ -220,6 +223,24 @@ class Journal(JournalReader):
                 "reason": kind,
                 "detail": detail,
                 "duration_seconds": duration,
+            }
+        )
+
+    def record_routing(self, change: RoutingChange, now: float) -> int:
+        """Write a routing row: a target out of rotation, refused leave, restarting, or back
+        (`result`: why; `duration_seconds`: how long it was out, on a release)."""
+        return self._insert(
+            {
+                "time": now,
+                "target": change.target,
+                "alertname": "",
+                "fingerprint": "",
+                "starts_at": "",
+                "decision": "routing",
+                "reason": change.move,
+                "detail": change.detail,
+                "result": change.reason,
+                "duration_seconds": change.out_for if change.move == "released" else None,
             }
         )
 

@@ -17,6 +17,7 @@ from stallwatch.core.alerts import Alert
 from stallwatch.core.fleet import CONTROL_KINDS, ControlEvent
 from stallwatch.core.holds import HOLD_KINDS, HoldEvent
 from stallwatch.core.policy import History, PastDecision, PastRestart
+from stallwatch.core.quarantine import QUARANTINE_KINDS, QuarantineEvent
 from stallwatch.restarter.metrics import PDB_BLOCKED
 
 # The rows the duplicate rule reads: restarts (dry-run ones too) and refusals by confirmation.
@@ -247,6 +248,21 @@ class JournalReader:
             if kind in HOLD_KINDS
         )
         return events, rows[-1][0] if rows else after_id
+
+    def routing_events(self, since: float) -> tuple[QuarantineEvent, ...]:
+        """The routing rows written since `since`, oldest first: who went out of rotation and
+        who came back (a restarted restarter keeps its quarantines)."""
+        with self._guard("read"):
+            rows = self._db.execute(
+                "SELECT reason, target, time, result, detail FROM journal "
+                "WHERE decision = 'routing' AND time >= ? ORDER BY id",
+                (since,),
+            ).fetchall()
+        return tuple(
+            QuarantineEvent(kind, target, time, result or "", detail=detail)
+            for kind, target, time, result, detail in rows
+            if kind in QUARANTINE_KINDS
+        )
 
     def failed_actions_in_a_row(self, limit: int) -> int:
         """How many of the latest action results since the last resume failed, newest first,

@@ -144,6 +144,39 @@ class RestarterMetrics:
             ["target"],
             registry=self.registry,
         )
+        self.routable = Gauge(
+            "stallwatch_restarter_routable",
+            "1 while the target is in users' rotation, 0 while the restarter has taken it out "
+            "(a confirmed stall, or a restart it has not yet shown it recovered from).",
+            ["target"],
+            registry=self.registry,
+        )
+        self.quarantine_seconds = Gauge(
+            "stallwatch_restarter_quarantine_seconds",
+            "How long the target has been out of rotation so far (0 while in rotation).",
+            ["target"],
+            registry=self.registry,
+        )
+        self.quarantines = Counter(
+            "stallwatch_restarter_quarantines",
+            "Times the target was taken out of rotation, by why (stalled, hung).",
+            ["target", "reason"],
+            registry=self.registry,
+        )
+        self.releases = Counter(
+            "stallwatch_restarter_releases",
+            "Times the target came back into rotation, by why (progress, test_request_passed, "
+            "recovered_in_window, expired, target_removed, disabled).",
+            ["target", "reason"],
+            registry=self.registry,
+        )
+        self.quarantine_refusals = Counter(
+            "stallwatch_restarter_quarantine_refusals",
+            "Confirmed stalls not taken out of rotation, by the guard that refused "
+            "(last_in_pool, pool_share).",
+            ["target", "reason"],
+            registry=self.registry,
+        )
         build_info = Gauge(
             "stallwatch_restarter_build_info",
             "The restarter's version.",
@@ -162,6 +195,8 @@ class RestarterMetrics:
             self.budget_exhausted.labels(target=target.name)
             self.restart_after.labels(target=target.name).set(target.restart_after)
             self.recovered_in_window.labels(target=target.name)
+            self.routable.labels(target=target.name).set(1)
+            self.quarantine_seconds.labels(target=target.name)
 
     def exposition(self) -> bytes:
         return prometheus_client.generate_latest(self.registry)

@@ -1,9 +1,13 @@
-"""The running restarter: decisions, the journal, and restart actions in the background.
+"""The running restarter: it drives the core's alert plans (`core/alert_plan.py`) under its
+targets' locks and its journal, and hands restarts to the background.
 
-For each firing alert the decision is made and journaled before the caller answers; a
-restart action then runs in a background task (`background.py`) and journals its result when
-it finishes. Alerts a pause or the open breaker refused are judged again once neither refuses
-(`release.py`).
+For each alert of a notification a plan is driven: the steps that need no waiting (the clock,
+the journal's history, the memory, a target's pool) are answered at once, and the alerts whose
+plans want a confirmation are driven again under their target's lock. Every decision is
+journaled before the caller answers; a restart action then runs in a background task
+(`background.py`). What changes who is in users' rotation is journaled, counted and handed to
+the routers (`rotation.py`); the alerts that wait (a pause, the breaker, a window's or a hold's
+end) are judged again when their time comes (`waiting.py`).
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -19,32 +23,42 @@ import aiohttp
 
 from stallwatch import USER_AGENT
 from stallwatch.common.restarter_config import RestarterConfig, Target
-from stallwatch.core.alert_plan import AlertMemory
+from stallwatch.core.alert_plan import (
+    AlertMemory,
+    AlertOutcome,
+    AskClock,
+    AskHistory,
+    AskMemory,
+    AskPool,
+    AskTestRequest,
+    Confirm,
+    FreshRead,
+    Plan,
+    advance,
+    firing_plan,
+    look_plan,
+    resolved_plan,
+    settle_plan,
+    window_alert,
+)
 from stallwatch.core.alerts import Alert, Notification
 from stallwatch.core.holds import Hold
 from stallwatch.core.lease import merge_restarts
-from stallwatch.core.policy import (
-    Decision,
-    History,
-    budget_spent,
-    decide,
-    decide_confirmed,
-    lookback_seconds,
-)
-from stallwatch.core.poll_plan import ReadResult
+from stallwatch.core.policy import Decision, History, budget_spent, lookback_seconds
 from stallwatch.core.quarantine import Verdict, verdict
-from stallwatch.net.fetch import read_metrics
 from stallwatch.restarter.background import BackgroundActions
 from stallwatch.restarter.confirm import Confirmations, Confirmer, confirm_stall
 from stallwatch.restarter.fleet import FleetGuard
-from stallwatch.restarter.held import HeldAlerts
+from stallwatch.restarter.holds import TargetHolds
 from stallwatch.restarter.journal import Journal
 from stallwatch.restarter.journal_reader import JournalError, printable
 from stallwatch.restarter.metrics import UNCONFIGURED_TARGET, RestarterMetrics
-from stallwatch.restarter.release import HeldRelease
-from stallwatch.restarter.windows import RestartWindows, TargetHolds, waits_until
+from stallwatch.restarter.rotation import Rotation
+from stallwatch.restarter.steps import fresh_read, test_request
+from stallwatch.restarter.waiting import WaitingAlerts
 
 if TYPE_CHECKING:
+    from stallwatch.core.policy import PastRestart
     from stallwatch.restarter.kube.side import KubeSide
 
 log = logging.getLogger("stallwatch.restarter")
@@ -52,14 +66,12 @@ log = logging.getLogger("stallwatch.restarter")
 # Alerts that need no confirmation are judged this many at a time: one commit (one wait for
 # the disk) per batch, and the event loop gets a turn between batches.
 JUDGED_PER_COMMIT = 200
-# Skip reasons the restarter adds to the policy's: a target's action still running (whatever
-# the cooldown says), and a decision the journal could not record (nothing is run unrecorded).
-ACTION_IN_PROGRESS = "action_in_progress"
+# A decision the journal could not record (nothing is run unrecorded).
 JOURNAL_UNWRITABLE = "journal_unwritable"
 
 
 class _Pending:
-    """An alert whose cheap checks passed: it waits for its target's lock and confirmation."""
+    """An alert whose plan wants a confirmation: driven again under its target's lock."""
 
 
 PENDING = _Pending()
@@ -83,27 +95,37 @@ class Restarter:
         self.locks = {target.name: asyncio.Lock() for target in config.targets}
         self._lookback = lookback_seconds(config)
         self._session: aiohttp.ClientSession | None = None
-        # On Kubernetes (set up on start): pod targets, the Lease, Events.
+        # On Kubernetes (set up on start): pod targets, the Lease, Events, pod readiness.
         self.kube: KubeSide | None = None
         self._refusals: dict[tuple[str, str], Decision] = {}
         # The windows, the waiting alerts and who is out of rotation (core/alert_plan.py).
         self.memory = AlertMemory()
-        self.fleet = FleetGuard(self.journal, self.metrics, lambda: self.config, clock)
-        self.windows = RestartWindows(
-            self.metrics, clock=clock, locks=self.locks, fresh_read=self._fresh_read
-        )
-        self.holds = TargetHolds(self.journal, self.metrics, lambda: self.config, clock)
-        self.held = HeldAlerts()
-        self.held_release = HeldRelease(
-            self.held,
-            self.fleet.controls,
-            clock,
-            judge=self.handle,
-            acts=lambda: self.kube is None or self.kube.acting,
-            held_targets=lambda now: self.holds.follow(now).keys(),
-        )
+        self.fleet = FleetGuard(self.journal, self.metrics, self.current_config, clock)
+        self.holds = TargetHolds(self.journal, self.metrics, self.current_config, clock)
+        self.waiting = WaitingAlerts(self)
+        self.rotation = Rotation(self)
         self.background = BackgroundActions(self.journal, self.metrics, self.fleet, clock)
         self.background.close_interrupted()
+        self.memory = self.rotation.restored(self.memory)
+        self._settling: set[asyncio.Task[None]] = set()
+
+    def current_config(self) -> RestarterConfig:
+        return self.config
+
+    @property
+    def actions(self) -> set[asyncio.Task[None]]:
+        """The restart actions running in the background."""
+        return self.background.tasks
+
+    @property
+    def acting(self) -> set[str]:
+        """Targets whose restart action is running now: one action per target at a time."""
+        return self.background.acting
+
+    @property
+    def leads(self) -> bool:
+        """Whether this replica acts (always, outside Kubernetes; the Lease holder on it)."""
+        return self.kube is None or self.kube.acting
 
     def verdict(self, target: str) -> Verdict:
         """What routers are told about `target`: routable unless quarantined (unknown targets
@@ -122,16 +144,6 @@ class Restarter:
             return self.kube.pool_members(target)
         return tuple(t.name for t in self.config.targets if t.pool == target.pool)
 
-    @property
-    def actions(self) -> set[asyncio.Task[None]]:
-        """The restart actions running in the background."""
-        return self.background.tasks
-
-    @property
-    def acting(self) -> set[str]:
-        """Targets whose restart action is running now: one action per target at a time."""
-        return self.background.acting
-
     def apply(self, config: RestarterConfig) -> None:
         """Decide with `config` from now on (a reload); decisions under way finish as begun."""
         if self.kube is not None:  # with the pod targets the allow-rules resolved
@@ -142,6 +154,7 @@ class Restarter:
         self.metrics.add_targets(config)
         self.holds.refresh_gauges()
         self._lookback = lookback_seconds(config)
+        self.rotation.follow_config()
 
     @property
     def session(self) -> aiohttp.ClientSession:
@@ -159,18 +172,26 @@ class Restarter:
             self.kube = await KubeSide.connect(
                 self.config,
                 clock=self.clock,
-                own_restarts=lambda since: self.journal.restarts_since(
-                    since, dry_run=self.config.dry_run
-                ),
-                on_event=lambda result: self.metrics.kube_events.labels(result=result).inc(),
+                own_restarts=self._own_restarts,
+                on_event=self._count_event,
             )
             await self.kube.start()
         self.background.start(self._session, self.kube)
-        self.held_release.start()
+        self.waiting.start()
+        self.rotation.start()
+
+    def _own_restarts(self, since: float) -> tuple[PastRestart, ...]:
+        return self.journal.restarts_since(since, dry_run=self.config.dry_run)
+
+    def _count_event(self, result: str) -> None:
+        self.metrics.kube_events.labels(result=result).inc()
 
     async def stop(self) -> None:
-        await self.held_release.stop()
-        await self.windows.stop()
+        await self.waiting.stop()
+        await self.rotation.stop()
+        for task in self._settling:
+            task.cancel()
+        await asyncio.gather(*self._settling, return_exceptions=True)
         await self.background.finish()
         if self.kube is not None:
             await self.kube.stop()
@@ -183,11 +204,17 @@ class Restarter:
         """Wait until every background action has finished and journaled its result."""
         await self.background.wait()
 
+    async def settled(self) -> None:
+        """Wait for the settling reads under way (for tests)."""
+        await asyncio.gather(*self._settling, return_exceptions=True)
+
     def _history(self, alert: Alert, now: float, holds: Mapping[str, Hold]) -> History:
         history = self.journal.history(
             alert, since=now - self._lookback, dry_run=self.config.dry_run
         )
-        history = replace(self.fleet.with_fleet(history, now), holds=holds)
+        history = replace(
+            self.fleet.with_fleet(history, now), holds=holds, acting=frozenset(self.acting)
+        )
         if self.kube is None:
             return history
         # Restarts an earlier Lease holder decided count as if this replica had.
@@ -198,10 +225,55 @@ class Restarter:
         name = alert.target
         return name if name is not None and self.config.target(name) else UNCONFIGURED_TARGET
 
+    # Driving a plan: each step answered here, the outcome applied at once.
+
+    def _answer_now(self, step: object, holds: Mapping[str, Hold] | None) -> object:
+        """The answer to a step that needs no waiting (PENDING: it needs waiting)."""
+        match step:
+            case AskClock():
+                return self.clock()
+            case AskHistory(alert=alert, now=now):
+                current = holds if holds is not None else self.holds.follow(now)
+                return self._history(alert, now, current)
+            case AskMemory():
+                return self.memory
+            case AskPool(target=target):
+                return self.pool_members(target)
+        return PENDING
+
+    def _run_now(self, plan: Plan, holds: Mapping[str, Hold]) -> AlertOutcome | _Pending:
+        """Drive `plan` as far as it goes without waiting: its outcome, or PENDING."""
+        step = advance(plan, None)
+        while not isinstance(step, AlertOutcome):
+            answer = self._answer_now(step, holds)
+            if answer is PENDING:
+                plan.close()
+                return PENDING
+            step = advance(plan, answer)
+        return step
+
+    async def _run(self, plan: Plan, asked_at: float) -> AlertOutcome:
+        """Drive `plan` to its end, the steps that wait included (under the caller's lock)."""
+        step = advance(plan, None)
+        while not isinstance(step, AlertOutcome):
+            match step:
+                case Confirm(target=target):
+                    answer: object = await self.confirmations.confirm(
+                        self.session, target, self.config.confirm, asked_at
+                    )
+                case FreshRead(target=target):
+                    answer = await fresh_read(self._session, target, self.config.confirm.timeout)
+                case AskTestRequest(target=target, model=model):
+                    answer = await test_request(self.session, target, model, self.config.quarantine)
+                case _:
+                    answer = self._answer_now(step, None)
+            step = advance(plan, answer)
+        return step
+
     async def handle(self, notification: Notification) -> list[dict[str, str]]:
         """Judge every alert of a notification and journal each decision.
 
-        The alerts that need no confirmation are judged first, in batches written in one
+        The alerts whose plans need no confirmation are judged first, in batches written in one
         commit each; the rest then wait for their target's confirmation, the alerts of
         different targets concurrently. An alert whose decision the journal could not record
         is answered `journal_unwritable` and not acted on.
@@ -223,26 +295,33 @@ class Restarter:
             holds = self.holds.current(self.clock())
         outcomes: list[Decision | _Pending | None] = []
         for start in range(0, len(alerts), JUDGED_PER_COMMIT):
-            batch = alerts[start : start + JUDGED_PER_COMMIT]
+            batch = list(
+                zip(
+                    delivered.alerts[start : start + JUDGED_PER_COMMIT],
+                    alerts[start:],
+                    strict=False,
+                )
+            )
             try:
                 with self.journal.transaction():
-                    judged = [self._judge_at_once(alert, notification, holds) for alert in batch]
+                    judged = [
+                        self._judge_at_once(given, alert, notification, holds)
+                        for given, alert in batch
+                    ]
             except JournalError as error:
-                judged = [self._unrecorded(alert, error) for alert in batch]
+                judged = [self._unrecorded(alert, error) for _, alert in batch]
             outcomes.extend(judged)
             if start + JUDGED_PER_COMMIT < len(alerts):
                 await asyncio.sleep(0)
         waiting = [index for index, outcome in enumerate(outcomes) if outcome is PENDING]
         confirmed = await asyncio.gather(
-            *(self._judge_recorded(alerts[index], notification, holds) for index in waiting)
+            *(
+                self._judge_recorded(delivered.alerts[index], alerts[index], notification)
+                for index in waiting
+            )
         )
         for index, decision in zip(waiting, confirmed, strict=True):
             outcomes[index] = decision
-        now = self.clock()
-        for alert, as_judged, outcome in zip(delivered.alerts, alerts, outcomes, strict=True):
-            if not isinstance(outcome, _Pending):
-                until = waits_until(self.windows, self.holds.current(now), as_judged, outcome)
-                self.held.note(alert, outcome, delivered, now, until)
         return [
             {
                 "alertname": alert.alertname,
@@ -254,33 +333,32 @@ class Restarter:
             if not isinstance(decision, _Pending)
         ]
 
-    async def release_held(self) -> int:
-        """Judge the held alerts again if no pause and no open breaker refuses them now (and
-        this replica acts); how many were judged."""
-        return await self.held_release.release()
+    def _plan(self, alert: Alert) -> Plan:
+        if alert.status == "resolved":
+            return resolved_plan(alert, self.config)
+        refusal = self._refusals.pop((alert.fingerprint, alert.starts_at), None)
+        return firing_plan(alert, self.config, self.config.quarantine, refusal=refusal)
 
     def _judge_at_once(
-        self, alert: Alert, notification: Notification, holds: Mapping[str, Hold]
+        self,
+        given: Alert,
+        alert: Alert,
+        notification: Notification,
+        holds: Mapping[str, Hold],
     ) -> Decision | _Pending | None:
-        """Judge an alert that needs no confirmation (PENDING: one that does)."""
-        if alert.status == "resolved":
-            self._resolve(alert, notification)
-            return None
-        refusal = self._refusals.pop((alert.fingerprint, alert.starts_at), None)
-        if refusal is not None:  # no allow-rule lets this alert restart its pod
-            return self._conclude(alert, refusal, notification, None)
-        target = self.config.target(alert.target) if alert.target else None
-        now = self.clock()
-        decision = decide(alert, self.config, self._history(alert, now, holds), now)
-        if decision.restarts and target is not None and target.name not in self.acting:
+        """Judge an alert whose plan needs no confirmation (PENDING: one that does)."""
+        # A plan with an allow-rule's refusal ends without waiting, so the refusal popped for it
+        # is never lost to a plan driven again.
+        outcome = self._run_now(self._plan(alert), holds)
+        if isinstance(outcome, _Pending):
             return PENDING
-        return self._conclude(alert, decision, notification, target)
+        return self._conclude(given, alert, outcome, notification)
 
     async def _judge_recorded(
-        self, alert: Alert, notification: Notification, holds: Mapping[str, Hold]
+        self, given: Alert, alert: Alert, notification: Notification
     ) -> Decision | None:
         try:
-            return await self.judge(alert, notification, holds)
+            return await self.judge(alert, notification, given=given)
         except JournalError as error:
             return self._unrecorded(alert, error)
 
@@ -299,90 +377,72 @@ class Restarter:
         )
         return Decision("skip", JOURNAL_UNWRITABLE, f"not acted on: {error}")
 
-    def _journal(
-        self, alert: Alert, decision: Decision | None, notification: Notification, now: float
-    ) -> int:
-        return self.journal.record_decision(
-            alert,
-            decision,
-            now,
-            receiver=notification.receiver,
-            external_url=notification.external_url,
-        )
-
-    def _resolve(self, alert: Alert, notification: Notification) -> None:
-        target = self.config.target(alert.target) if alert.target else None
-        self.windows.resolve(
-            alert,
-            target,
-            lambda decision: self._journal(alert, decision, notification, self.clock()),
-            self._metric_target(alert),
-        )
-
-    def _fresh_read(self, target: Target) -> Awaitable[ReadResult] | None:
-        """One read of the target's metrics (None: not started, nothing to read with)."""
-        if self._session is None:
-            return None
-        timeout = self.config.confirm.timeout
-        return read_metrics(self._session, target.metrics_url, timeout=timeout)
-
     async def judge(
-        self,
-        alert: Alert,
-        notification: Notification,
-        holds: Mapping[str, Hold] | None = None,
+        self, alert: Alert, notification: Notification, *, given: Alert | None = None
     ) -> Decision | None:
-        """Decide about one alert and journal the decision (None: a resolved alert).
-
-        `holds`: the holds as its notification found them (None: followed now).
-        """
+        """Drive one alert's plan to its end and journal the decision (None: resolved)."""
         asked_at = time.monotonic()
-        if alert.status == "resolved":
-            self._resolve(alert, notification)
-            return None
-        if holds is None:
-            holds = self.holds.follow(self.clock())
         target = self.config.target(alert.target) if alert.target else None
-        if target is None:
-            now = self.clock()
+        if target is None or target.name not in self.locks:
             return self._conclude(
-                alert,
-                decide(alert, self.config, self._history(alert, now, holds), now),
-                notification,
-                None,
+                given or alert, alert, await self._run(self._plan(alert), asked_at), notification
             )
         async with self.locks[target.name]:
-            now = self.clock()
-            decision = decide(alert, self.config, self._history(alert, now, holds), now)
-            if not decision.restarts:
-                return self._conclude(alert, decision, notification, target)
-            confirmation = await self.confirmations.confirm(
-                self.session, target, self.config.confirm, asked_at
-            )
-            # Other targets may have restarted, and a hold may have been taken, during the
-            # reads: check again, and write the decision with no await in between, so no
-            # other decision can slip in.
-            now = self.clock()
-            history = self._history(alert, now, self.holds.follow(now))
-            decision = decide_confirmed(alert, self.config, history, now, confirmation)
-            decision = self.windows.apply(alert, target, decision, confirmation, now)
-            return self._conclude(alert, decision, notification, target)
+            outcome = await self._run(self._plan(alert), asked_at)
+            return self._conclude(given or alert, alert, outcome, notification)
 
     def _conclude(
-        self,
-        alert: Alert,
-        decision: Decision,
-        notification: Notification,
-        target: Target | None,
-    ) -> Decision:
-        if decision.restarts and target is not None and target.name in self.acting:
-            decision = Decision(
-                "skip",
-                ACTION_IN_PROGRESS,
-                f"the restart action of {target.name} is still running; one at a time",
-            )
+        self, given: Alert, alert: Alert, outcome: AlertOutcome, notification: Notification
+    ) -> Decision | None:
+        """Apply an outcome: the memory, the journal, the routing changes, the action."""
         now = self.clock()
-        row_id = self._journal(alert, decision, notification, now)
+        self.memory = outcome.applied(self.memory, now)
+        self.waiting.remember(given, outcome, notification)
+        # The outcome names the target it judged (none: an allow-rule refused the alert first).
+        target = self.config.target(outcome.target) if outcome.target else None
+        decision = outcome.decision
+        if decision is None:
+            self.journal.record_decision(
+                alert,
+                None,
+                now,
+                receiver=notification.receiver,
+                external_url=notification.external_url,
+            )
+            self.metrics.resolved.labels(target=self._metric_target(alert)).inc()
+            log.info(
+                "resolved target=%s alert=%s fingerprint=%s (journaled, not acted on)",
+                printable(alert.target or ""),
+                printable(alert.alertname),
+                printable(alert.fingerprint),
+            )
+        else:
+            row_id = self.journal.record_decision(
+                alert,
+                decision,
+                now,
+                receiver=notification.receiver,
+                external_url=notification.external_url,
+            )
+            self._log_decision(alert, decision, row_id)
+            if self.kube is not None:
+                self.kube.on_decision(alert, decision, target)
+            if decision.restarts and target is not None:
+                self.metrics.last_restart.labels(target=target.name).set(now)
+                self.background.launch(row_id, target)
+            else:
+                self.metrics.skips.labels(
+                    target=self._metric_target(alert), reason=decision.reason
+                ).inc()
+        self.rotation.effects(outcome, alert, notification, now)
+        settling = self.config.target(outcome.settle) if outcome.settle else None
+        if settling is not None:
+            self._settle_later(settling, alert, notification)
+        self.metrics.restart_windows.set(len(self.memory.windows))
+        self.metrics.held_alerts.set(len(self.memory.waiting))
+        return decision
+
+    def _log_decision(self, alert: Alert, decision: Decision, row_id: int) -> None:
         log.info(
             "%s target=%s alert=%s fingerprint=%s reason=%s: %s",
             decision.action,
@@ -400,16 +460,52 @@ class Restarter:
                 "journal_row": row_id,
             },
         )
-        if self.kube is not None:
-            self.kube.on_decision(alert, decision, target)
-        if not decision.restarts or target is None:
-            self.metrics.skips.labels(
-                target=self._metric_target(alert), reason=decision.reason
-            ).inc()
-            return decision
-        self.metrics.last_restart.labels(target=target.name).set(now)
-        self.background.launch(row_id, target)
-        return decision
+
+    def _settle_later(self, target: Target, alert: Alert, notification: Notification) -> None:
+        """Settle `target`'s open window with one fresh read, in the background."""
+        if self._session is None:
+            return
+        task = asyncio.create_task(self._settle(target, alert, notification))
+        self._settling.add(task)
+        task.add_done_callback(self._settling.discard)
+
+    async def _settle(self, target: Target, alert: Alert, notification: Notification) -> None:
+        try:
+            async with self.locks[target.name]:
+                outcome = await self._run(settle_plan(target), time.monotonic())
+                now = self.clock()
+                self.memory = outcome.applied(self.memory, now)
+                if outcome.settled is not None:
+                    self.journal.record_decision(
+                        alert,
+                        outcome.settled,
+                        now,
+                        receiver=notification.receiver,
+                        external_url=notification.external_url,
+                    )
+                self.rotation.effects(outcome, alert, notification, now)
+                self.metrics.restart_windows.set(len(self.memory.windows))
+        except JournalError as error:
+            log.error("restart window not settled: %s", error)
+        except Exception:  # a bug in one settling must not go unseen
+            log.exception("restart window not settled")
+
+    async def look_at(self, target: Target) -> None:
+        """One look at a quarantined target, under its lock (`rotation.py` calls it)."""
+        lock = self.locks.setdefault(target.name, asyncio.Lock())
+        async with lock:
+            outcome = await self._run(look_plan(target, self.config.quarantine), time.monotonic())
+            now = self.clock()
+            self.memory = outcome.applied(self.memory, now)
+            if outcome.settled is not None and outcome.near_miss is not None:
+                self.journal.record_decision(window_alert(outcome.near_miss), outcome.settled, now)
+            self.rotation.effects(outcome, None, None, now)
+            self.metrics.restart_windows.set(len(self.memory.windows))
+
+    async def release_held(self) -> int:
+        """Judge the waiting alerts again if no pause and no open breaker refuses them now (and
+        this replica acts); how many were judged."""
+        return await self.waiting.release()
 
     def refresh_gauges(self) -> None:
         """Budget and last-restart gauges from the journal (they survive a restart)."""
@@ -421,6 +517,7 @@ class Restarter:
         for name, at in self.journal.last_restart_times(dry_run=self.config.dry_run).items():
             if self.config.target(name) is not None:
                 self.metrics.last_restart.labels(target=name).set(at)
-        self.metrics.held_alerts.set(len(self.held))
+        self.metrics.held_alerts.set(len(self.memory.waiting))
         self.fleet.refresh_gauges()
         self.holds.refresh_gauges()
+        self.rotation.refresh_gauges(now)

@@ -15,7 +15,7 @@ import pytest
 
 from stallwatch.core.alerts import Alert
 from stallwatch.core.policy import Decision
-from stallwatch.restarter import release
+from stallwatch.restarter import waiting
 from stallwatch.restarter.cli import run_control
 from stallwatch.restarter.journal import Journal
 from tests.support.restarter import (
@@ -148,7 +148,7 @@ async def test_pause_and_resume_from_the_cli_reach_the_running_restarter(
     """`stallwatch restarter pause` writes the journal the running restarter reads at once;
     `resume` ends the pause, and the alert refused meanwhile is judged again without a new
     delivery."""
-    monkeypatch.setattr(release, "RELEASE_CHECK_SECONDS", 0.05)
+    monkeypatch.setattr(waiting, "RELEASE_CHECK_SECONDS", 0.05)
     marker = tmp_path / "marker"
     async with fake_vllm("stalled") as fake:
         config = write_config(tmp_path, targets(fake.url, marker, 1))
@@ -176,7 +176,7 @@ async def test_an_alert_held_by_a_pause_is_judged_again_when_the_pause_runs_out(
 ) -> None:
     """A pause `for` a while ends on its own; the stall refused during it is then restarted,
     and a stall resolved during it is not."""
-    monkeypatch.setattr(release, "RELEASE_CHECK_SECONDS", 0.05)
+    monkeypatch.setattr(waiting, "RELEASE_CHECK_SECONDS", 0.05)
     marker = tmp_path / "marker"
     async with fake_vllm("stalled") as fake:
         config = write_config(tmp_path, targets(fake.url, marker, 2))
@@ -189,7 +189,7 @@ async def test_an_alert_held_by_a_pause_is_judged_again_when_the_pause_runs_out(
             await post_alerts(client, payload(stuck("gpu1", "resolved")))
             await wait_for(lambda: restarter.journal.count(reason="confirmed") == 1)
             await settle(restarter)
-            assert len(restarter.held) == 0
+            assert len(restarter.memory.waiting) == 0
     assert marker_lines(marker) == ["gpu0"]
 
 

@@ -11,11 +11,12 @@ from typing import Any, Literal
 import pytest
 
 from stallwatch.cli import main
+from stallwatch.core.alert_plan import ACTION_IN_PROGRESS
 from stallwatch.core.alerts import Alert
 from stallwatch.core.policy import Decision
 from stallwatch.restarter.journal import Journal
 from stallwatch.restarter.journal_reader import JournalError
-from stallwatch.restarter.service import ACTION_IN_PROGRESS, Restarter
+from stallwatch.restarter.service import Restarter
 from tests.support.restarter import (
     AUTH,
     alert,

@@ -46,12 +46,12 @@ async def test_resuming_thousands_of_held_alerts_answers_promptly(tmp_path: Path
         assert (await client.post("/-/pause", headers=AUTH)).status == 200
         for start in range(0, len(alerts), 1000):
             await post_alerts(client, payload(*alerts[start : start + 1000]))
-        assert len(restarter.held) == 3000
+        assert len(restarter.memory.waiting) == 3000
         started = time.perf_counter()
         resumed = await client.post("/-/resume", headers=AUTH)
         elapsed = time.perf_counter() - started
         answer = await resumed.json()
-        assert len(restarter.held) == 0
+        assert len(restarter.memory.waiting) == 0
     assert answer["judged_again"] == 3000
     assert elapsed < 15.0
 

@@ -296,6 +296,8 @@ async def test_healthy_and_metrics_names(tmp_path: Path) -> None:
         "stallwatch_restarter_restart_after_seconds",
         "stallwatch_restarter_restart_windows",
         "stallwatch_restarter_recovered_in_window_total",
+        "stallwatch_restarter_routable",
+        "stallwatch_restarter_quarantine_seconds",
     }
     assert 'stallwatch_restarter_restarts_total{result="success",target="gpu1"} 1.0' in text
     assert 'stallwatch_restarter_skips_total{reason="duplicate",target="gpu1"} 1.0' in text

@@ -11,6 +11,7 @@ import pytest
 from stallwatch.cli import main
 from stallwatch.common.cli import EXIT_USAGE
 from stallwatch.replay import fleet_stallwatch
+from stallwatch.replay import restarter as virtual_restarter
 from stallwatch.replay.config import SyncHolds
 from stallwatch.replay.fleet import FleetResult, run_fleet
 from stallwatch.replay.fleet_plan import FleetConfig, FleetPlan, plan_fleet
@@ -121,19 +122,26 @@ def test_a_held_sync_is_never_restarted(hold_clause: bool) -> None:
     assert ("on_hold" in way.skips) is not hold_clause
 
 
-@pytest.mark.parametrize("step", ["with_window", "current_holds", "decide_confirmed"])
+@pytest.mark.parametrize(
+    ("module", "step"),
+    [
+        (fleet_stallwatch, "current_holds"),
+        (virtual_restarter, "firing_plan"),
+        (virtual_restarter, "resolved_plan"),
+    ],
+)
 def test_the_fleet_replay_calls_the_cores_own_step(
-    step: str, monkeypatch: pytest.MonkeyPatch
+    module: object, step: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The fleet's restarter decides through the core's own steps, not copies."""
     calls: list[object] = []
-    real = getattr(fleet_stallwatch, step)
+    real = getattr(module, step)
 
     def spy(*args: object, **kwargs: object) -> object:
         calls.append(args)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(fleet_stallwatch, step, spy)
+    monkeypatch.setattr(module, step, spy)
     FleetStallwatch(_syncs_plan("alternate"), fleet_rules=True).run()
     assert calls
 

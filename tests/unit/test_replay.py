@@ -20,6 +20,7 @@ from stallwatch.replay import (
     run_replay,
     stallwatch_way,
 )
+from stallwatch.replay import restarter as virtual_restarter
 from stallwatch.replay.clock import Scheduler
 from stallwatch.replay.server import SimulatedServer
 from stallwatch.replay.stallwatch_way import DEGRADATION_RULES
@@ -255,20 +256,27 @@ def test_cli_rejects_a_bad_number(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 @pytest.mark.parametrize(
-    "step", ["poll_plan", "restart_alerts", "decide_confirmed", "with_window", "current_holds"]
+    ("module", "step"),
+    [
+        (stallwatch_way, "poll_plan"),
+        (stallwatch_way, "restart_alerts"),
+        (stallwatch_way, "current_holds"),
+        (virtual_restarter, "firing_plan"),
+        (virtual_restarter, "resolved_plan"),
+    ],
 )
 def test_stallwatchs_way_calls_the_pipelines_own_step(
-    step: str, monkeypatch: pytest.MonkeyPatch
+    module: Any, step: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The replay decides through the core's own steps, not copies: each is called on a hung day."""
     calls: list[object] = []
-    real = getattr(stallwatch_way, step)
+    real = getattr(module, step)
 
     def spy(*args: Any, **kwargs: Any) -> Any:
         calls.append(args)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(stallwatch_way, step, spy)
+    monkeypatch.setattr(module, step, spy)
     result = run_replay(ReplayConfig(seed=4, hours=4, load=0, interactive_per_hour=0))
     assert result.new.true_restarts == 1
     assert calls

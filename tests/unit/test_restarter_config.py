@@ -90,12 +90,12 @@ INVALID: dict[str, str] = {
     "unknown-key": (
         "colour: unknown key (known keys: breaker, confirm, dry_run, fleet_window, "
         "insecure_no_auth, journal, kubernetes, listen, mass_stall, max_body_bytes, "
-        "max_hold, max_in_flight, restart_after, restart_alerts, rules, targets, tls_cert_file, "
-        "tls_key_file, token_file)"
+        "max_hold, max_in_flight, quarantine, restart_after, restart_alerts, rules, targets, "
+        "tls_cert_file, tls_key_file, token_file)"
     ),
     "unknown-target-key": (
         "targets[0].cooldwn: unknown key (known keys: action, action_timeout, budget, cooldown, "
-        "cooldown_auto, metrics_path, metrics_url, name, restart_after, url)"
+        "cooldown_auto, metrics_path, metrics_url, name, pool, restart_after, url)"
     ),
 }
 

@@ -14,6 +14,7 @@ from dataclasses import replace
 
 from stallwatch.common.kubernetes_config import KubernetesAction
 from stallwatch.common.restarter_config import RestarterConfig, Target
+from stallwatch.core.alert_plan import RoutingChange
 from stallwatch.core.alerts import TARGET_LABEL, Alert, Notification
 from stallwatch.core.kube_names import INVALID_POD_NAME, invalid_pod_names
 from stallwatch.core.pod_rules import (
@@ -120,6 +121,10 @@ class KubeSide:
     def pool_members(self, target: Target) -> tuple[str, ...]:
         """The targets of `target`'s pool (the pods of one workload), itself included."""
         return (target.name,)
+
+    async def on_routing(self, change: RoutingChange, target: Target) -> None:
+        """A pod target left or came back into users' rotation."""
+        del change, target
 
     def effective(self, config: RestarterConfig) -> RestarterConfig:
         """`config` with the pod targets the rules resolved (fixed targets win a name clash)."""
