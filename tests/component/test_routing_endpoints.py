@@ -9,6 +9,7 @@ from typing import Any
 
 from aiohttp.test_utils import TestClient
 
+from stallwatch.common.restarter_config import RestarterConfig
 from stallwatch.core.quarantine import Quarantine
 from stallwatch.restarter.agent import AgentResponder
 from stallwatch.restarter.app import AGENT_KEY
@@ -31,6 +32,12 @@ SET_BY_THE_TEST = {"check_interval": "1h", "expire_after": "2h"}
 def quarantine(restarter: Restarter, name: str, since: float) -> None:
     out = Quarantine(name, "default", since, "stalled", DETAIL, since)
     restarter.memory = restarter.memory.with_quarantine(name, out)
+
+
+def one_target(tmp_path: Path, url: str) -> RestarterConfig:
+    """A restarter of one target, gpu-a, whose verdict the test sets."""
+    action = {"kind": "command", "argv": ["true"]}
+    return write_config(tmp_path, [target_entry("gpu-a", url, action)], quarantine=SET_BY_THE_TEST)
 
 
 async def routable(client: TestClient[Any, Any], path: str, **headers: str) -> tuple[int, str]:
@@ -65,9 +72,7 @@ async def test_routable_is_keyed_by_the_host_header_as_envoy_sends_it(tmp_path: 
     """Without ?target=, the Host header (port stripped) names the target: Envoy's per-endpoint
     health check with `hostname` works unchanged."""
     async with fake_vllm("stalled") as fake:
-        config = write_config(
-            tmp_path, [target_entry("gpu-a", fake.url, {"kind": "command", "argv": ["true"]})]
-        )
+        config = one_target(tmp_path, fake.url)
         async with running_restarter(config) as (client, restarter):
             quarantine(restarter, "gpu-a", restarter.clock())
             status, text = await routable(client, "/routable", Host="gpu-a")
@@ -80,9 +85,7 @@ async def test_routable_is_keyed_by_the_host_header_as_envoy_sends_it(tmp_path: 
 async def test_routable_answers_json_when_asked(tmp_path: Path) -> None:
     """`Accept: application/json` gets the verdict as a document, with the same status."""
     async with fake_vllm("stalled") as fake:
-        config = write_config(
-            tmp_path, [target_entry("gpu-a", fake.url, {"kind": "command", "argv": ["true"]})]
-        )
+        config = one_target(tmp_path, fake.url)
         async with running_restarter(config) as (client, restarter):
             since = restarter.clock() - 10
             quarantine(restarter, "gpu-a", since)
@@ -105,9 +108,7 @@ async def test_routable_answers_json_when_asked(tmp_path: Path) -> None:
 async def test_an_unknown_target_is_routable_and_said_to_be_unknown(tmp_path: Path) -> None:
     """Fail-open: a name the restarter does not know gets 200, saying so; a bad name gets 400."""
     async with fake_vllm("stalled") as fake:
-        config = write_config(
-            tmp_path, [target_entry("gpu-a", fake.url, {"kind": "command", "argv": ["true"]})]
-        )
+        config = one_target(tmp_path, fake.url)
         async with running_restarter(config) as (client, _):
             assert await routable(client, "/routable?target=nope") == (
                 200,
@@ -163,9 +164,7 @@ async def test_the_agent_answers_down_for_a_quarantined_target_and_up_otherwise(
 async def test_the_agent_port_is_off_without_agent_listen(tmp_path: Path) -> None:
     """No `quarantine.agent_listen`: no responder is started."""
     async with fake_vllm("stalled") as fake:
-        config = write_config(
-            tmp_path, [target_entry("gpu-a", fake.url, {"kind": "command", "argv": ["true"]})]
-        )
+        config = one_target(tmp_path, fake.url)
         async with running_restarter(config) as (client, _):
             assert AGENT_KEY not in client.app
 
