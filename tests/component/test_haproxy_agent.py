@@ -3,6 +3,7 @@ quarantined server gets no request, and gets traffic again once it is routable."
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,14 @@ from stallwatch.restarter.app import AGENT_KEY
 from stallwatch.restarter.service import Restarter
 from stallwatch.simulator.testing import SimHandle, running_simulator
 from tests.support.haproxy import BACKEND, HAProxy, running_haproxy, wait_for
-from tests.support.restarter import marker_argv, running_restarter, write_config
+from tests.support.restarter import (
+    alert,
+    marker_argv,
+    payload,
+    post_alerts,
+    running_restarter,
+    write_config,
+)
 
 REQUESTS = 20
 # The tests that set the verdict themselves keep the restarter's own periodic look at
@@ -141,3 +149,77 @@ async def test_the_agents_up_leaves_an_operators_maintenance_alone(tmp_path: Pat
                 )
                 assert proxy.status("gpu-b") == "MAINT"
                 assert proxy.servers()["gpu-b"]["last_agt"] == "via agent : up"
+
+
+async def test_a_hung_server_leaves_haproxy_on_the_alert_and_returns_when_it_moves(
+    tmp_path: Path,
+) -> None:
+    """The real flow: gpu-a's engine hangs with requests in flight, LLMServerStuck reaches the
+    restarter, which confirms it and quarantines gpu-a (its restart window still open); HAProxy
+    marks it DOWN and no user request reaches it; gpu-a moves again, the restarter's own look
+    sees progress and releases it, HAProxy puts it back, and it serves again. No restart."""
+    marker = tmp_path / "marker"
+    async with (
+        running_simulator(tokens_per_second=200) as gpu_a,
+        running_simulator(tokens_per_second=200) as gpu_b,
+    ):
+        config = write_config(
+            tmp_path,
+            [target("gpu-a", gpu_a, marker), target("gpu-b", gpu_b, marker)],
+            restart_after="10m",
+            quarantine={"agent_listen": "127.0.0.1:0", "check_interval": "1s"},
+        )
+        async with running_restarter(config) as (client, restarter):
+            agent: AgentResponder = client.app[AGENT_KEY]
+            servers = [("gpu-a", gpu_a.url[7:]), ("gpu-b", gpu_b.url[7:])]
+            with running_haproxy(tmp_path, servers, agent.port) as proxy:
+                await wait_for(
+                    "both servers UP",
+                    lambda: all(proxy.status(name) == "UP" for name, _ in servers),
+                    proxy,
+                )
+                async with aiohttp.ClientSession() as session:
+                    # Work in flight on gpu-a (sent to it directly), then its engine hangs.
+                    long_request = {"model": "tiny", "prompt": "x", "max_tokens": 1500}
+                    in_flight = [
+                        asyncio.create_task(
+                            session.post(gpu_a.url + "/v1/completions", json=long_request)
+                        )
+                        for _ in range(2)
+                    ]
+                    await wait_for(
+                        "2 requests running on gpu-a", lambda: gpu_a.stats()["running"] == 2, proxy
+                    )
+                    gpu_a.apply_fault("hang")
+                    answer = await post_alerts(client, payload(alert("gpu-a")))
+                    assert [d["reason"] for d in answer["decisions"]] == ["restart_window"]
+                    assert not restarter.verdict("gpu-a").routable
+
+                    await wait_for(
+                        "gpu-a DOWN by the agent",
+                        lambda: proxy.status("gpu-a") == "DOWN (agent)",
+                        proxy,
+                    )
+                    before_a, before_b = completions(gpu_a), completions(gpu_b)
+                    await send(proxy, REQUESTS)
+                    assert completions(gpu_a) == before_a
+                    assert completions(gpu_b) == before_b + REQUESTS
+
+                    gpu_a.apply_fault("recover")
+                    await wait_for(
+                        "gpu-a back UP after the restarter saw it move",
+                        lambda: proxy.status("gpu-a") == "UP",
+                        proxy,
+                    )
+                    assert restarter.verdict("gpu-a").routable
+                    rows = restarter.journal.routing_events(0)
+                    assert [(row.kind, row.target, row.reason) for row in rows] == [
+                        ("quarantined", "gpu-a", "stalled"),
+                        ("released", "gpu-a", "progress"),
+                    ]
+                    await send(proxy, REQUESTS)
+                    assert completions(gpu_a) > before_a
+                    for task in in_flight:
+                        task.cancel()
+                    await asyncio.gather(*in_flight, return_exceptions=True)
+    assert not marker.exists()  # released, never restarted
