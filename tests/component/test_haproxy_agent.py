@@ -223,3 +223,40 @@ async def test_a_hung_server_leaves_haproxy_on_the_alert_and_returns_when_it_mov
                         task.cancel()
                     await asyncio.gather(*in_flight, return_exceptions=True)
     assert not marker.exists()  # released, never restarted
+
+
+async def test_haproxy_keeps_the_agents_last_word_while_the_agent_is_away(tmp_path: Path) -> None:
+    """What docs/routing.md says of a restarter that is down: HAProxy takes a refused agent
+    connection as no news (L4CON), so a server the agent said `down` about stays DOWN and one
+    it said `up` about stays UP until the agent answers again."""
+    words = {f"{BACKEND}/gpu-a": "down #stallwatch: stalled: test\n", f"{BACKEND}/gpu-b": "up\n"}
+    agent = AgentResponder(lambda line: words[line])
+    await agent.start("127.0.0.1:0")
+    port = agent.port
+    try:
+        async with (
+            running_simulator(tokens_per_second=2000) as gpu_a,
+            running_simulator(tokens_per_second=2000) as gpu_b,
+        ):
+            servers = [("gpu-a", gpu_a.url[7:]), ("gpu-b", gpu_b.url[7:])]
+            with running_haproxy(tmp_path, servers, port, agent_inter="200ms") as proxy:
+                await wait_for(
+                    "gpu-a DOWN by the agent, gpu-b UP",
+                    lambda: (
+                        (proxy.status("gpu-a"), proxy.status("gpu-b")) == ("DOWN (agent)", "UP")
+                    ),
+                    proxy,
+                )
+                await agent.stop()
+                await wait_for(
+                    "both agent checks refused",
+                    lambda: all(row["agent_status"] == "L4CON" for row in proxy.servers().values()),
+                    proxy,
+                )
+                assert proxy.status("gpu-a") == "DOWN (agent)"
+                assert proxy.status("gpu-b") == "UP"
+                words[f"{BACKEND}/gpu-a"] = "up\n"
+                await agent.start(f"127.0.0.1:{port}")
+                await wait_for("gpu-a UP again", lambda: proxy.status("gpu-a") == "UP", proxy)
+    finally:
+        await agent.stop()
