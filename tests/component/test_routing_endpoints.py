@@ -16,8 +16,11 @@ from stallwatch.restarter.app import AGENT_KEY
 from stallwatch.restarter.service import Restarter
 from tests.support.restarter import (
     AUTH,
+    alert,
     fake_vllm,
     marker_argv,
+    payload,
+    post_alerts,
     running_restarter,
     target_entry,
     write_config,
@@ -204,3 +207,25 @@ async def test_the_agent_caps_connections_at_once() -> None:
         for _, writer in held:
             writer.close()
         await agent.stop()
+
+
+async def test_a_restarted_restarter_answers_down_at_once_for_a_quarantine_it_journaled(
+    tmp_path: Path,
+) -> None:
+    """A stall confirmed by one restarter takes gpu-a out; a new restarter on the same journal
+    answers `down` on its agent port from its first answer (an `up` would put it back)."""
+    async with fake_vllm("stalled") as stalled, fake_vllm("progress") as moving:
+        action = {"kind": "command", "argv": marker_argv(tmp_path / "m")}
+        config = write_config(
+            tmp_path,
+            [target_entry("gpu-a", stalled.url, action), target_entry("gpu-b", moving.url, action)],
+            restart_after="10m",
+            quarantine={**SET_BY_THE_TEST, "agent_listen": "127.0.0.1:0"},
+        )
+        async with running_restarter(config) as (client, restarter):
+            await post_alerts(client, payload(alert("gpu-a")))
+            assert not restarter.verdict("gpu-a").routable
+        async with running_restarter(config) as (client, _):
+            reply = await ask(client.app[AGENT_KEY].port, b"llm/gpu-a\n")
+            assert reply.startswith(b"down #stallwatch: stalled: ")
+            assert await ask(client.app[AGENT_KEY].port, b"llm/gpu-b\n") == b"up\n"
