@@ -12,7 +12,7 @@ from aiohttp.test_utils import TestClient
 from stallwatch.common.restarter_config import RestarterConfig
 from stallwatch.core.quarantine import Quarantine
 from stallwatch.restarter.agent import AgentResponder
-from stallwatch.restarter.app import AGENT_KEY
+from stallwatch.restarter.app import AGENT_KEY, ConfigReloader
 from stallwatch.restarter.service import Restarter
 from tests.support.restarter import (
     AUTH,
@@ -229,3 +229,23 @@ async def test_a_restarted_restarter_answers_down_at_once_for_a_quarantine_it_jo
             reply = await ask(client.app[AGENT_KEY].port, b"llm/gpu-a\n")
             assert reply.startswith(b"down #stallwatch: stalled: ")
             assert await ask(client.app[AGENT_KEY].port, b"llm/gpu-b\n") == b"up\n"
+
+
+async def test_a_reload_keeps_the_agent_port_until_the_next_start(tmp_path: Path) -> None:
+    """A reload that changes `quarantine.agent_listen` keeps the running port, takes the rest
+    of `quarantine:`, and the agent goes on answering on its port."""
+    async with fake_vllm("stalled") as fake:
+        action = {"kind": "command", "argv": ["true"]}
+        entry = [target_entry("gpu-a", fake.url, action)]
+        config = write_config(
+            tmp_path, entry, quarantine={**SET_BY_THE_TEST, "agent_listen": "127.0.0.1:0"}
+        )
+        async with running_restarter(config) as (client, restarter):
+            port = client.app[AGENT_KEY].port
+            changed = {**SET_BY_THE_TEST, "agent_listen": "127.0.0.1:1", "max_share": 40}
+            write_config(tmp_path, entry, quarantine=changed)
+            reloader = ConfigReloader(restarter, tmp_path / "restarter.yml", restarter.clock)
+            assert reloader.reload() is None
+            assert restarter.config.quarantine.agent_listen == "127.0.0.1:0"
+            assert restarter.config.quarantine.max_share == 40  # the rest is reloaded
+            assert await ask(port, b"llm/gpu-a\n") == b"up\n"
