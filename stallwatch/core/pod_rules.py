@@ -101,12 +101,6 @@ def rules_for_alert(
     return Refusal("no_rule", "no allow-rule accepts this alert (" + "; ".join(seen) + ")")
 
 
-def rule_for_alert(rules: Sequence[PodRule], labels: Mapping[str, str]) -> PodName | Refusal:
-    """The first rule whose namespaces and alert labels accept these alert labels."""
-    found = rules_for_alert(rules, labels)
-    return found if isinstance(found, Refusal) else found[0]
-
-
 def rule_for_pod(
     names: Sequence[PodName], pods: Mapping[tuple[str, str], PodFacts | None]
 ) -> tuple[PodName, PodFacts] | Refusal:

@@ -45,8 +45,25 @@ SkipReason = Literal[
     "dry_run",
     "invalid_pod_name",
 ]
-SKIP_REASONS: tuple[SkipReason, ...] = get_args(SkipReason)
-NOT_CONFIRMED: frozenset[str] = frozenset(r for r in SKIP_REASONS if r.startswith("not_confirmed"))
+# Refusals the restarter adds: a target's action still running, a decision the journal could
+# not record, and the Kubernetes allow-rules' refusals of a pod (`core/pod_rules.py`).
+DriverSkipReason = Literal[
+    "action_in_progress",
+    "journal_unwritable",
+    "no_rule",
+    "pod_not_found",
+    "pod_not_allowed",
+    "no_pod_ip",
+    "no_metrics_port",
+    "kubernetes_error",
+]
+# Every reason a restart is not done: the labels of `stallwatch_restarter_skips_total`.
+AnySkipReason = SkipReason | DriverSkipReason
+SKIP_REASONS: tuple[AnySkipReason, ...] = (*get_args(SkipReason), *get_args(DriverSkipReason))
+Reason = AnySkipReason | Literal["checks_passed", "confirmed"]
+NOT_CONFIRMED: frozenset[str] = frozenset(
+    r for r in get_args(SkipReason) if r.startswith("not_confirmed")
+)
 
 _REFUSAL_REASONS: dict[str, SkipReason] = {
     "progress": "not_confirmed_progress",
@@ -58,14 +75,14 @@ _REFUSAL_REASONS: dict[str, SkipReason] = {
 }
 
 # The reason of a restart decision whose cheap checks passed, before the confirmation.
-CHECKS_PASSED = "checks_passed"
-CONFIRMED = "confirmed"
+CHECKS_PASSED: Literal["checks_passed"] = "checks_passed"
+CONFIRMED: Literal["confirmed"] = "confirmed"
 
 
 @dataclass(frozen=True)
 class Decision:
     action: Literal["restart", "skip"]
-    reason: str
+    reason: Reason
     detail: str
 
     @property

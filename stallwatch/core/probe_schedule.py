@@ -68,11 +68,6 @@ def sweep_due(next_sweep_at: float | None, now: float, every: float) -> bool:
     return next_sweep_at is None or not next_sweep_at - every <= now < next_sweep_at
 
 
-def has_room(remembered: int, *, known: bool, max_targets: int) -> bool:
-    """Whether a target may be read: it is remembered already, or there is room for one more."""
-    return known or remembered < max_targets
-
-
 def no_room(remembered: int, in_module: int, *, max_targets: int, module_max: int) -> str:
     """Why a new target of a module cannot be remembered ("" when it can): `module_full` when
     the module remembers its own maximum, `too_many_targets` when the whole table is full."""

@@ -28,20 +28,11 @@ _VLLM = PROFILES["vllm"].role_names
 RUNNING = _VLLM["running"]
 WAITING = _VLLM["waiting"]
 KV_CACHE_USAGE = _VLLM["kv_cache_usage"]
-SLEEP_STATE = _VLLM["awake"]
 STEPS = _VLLM["steps"]
 GENERATION_TOKENS = _VLLM["generation_tokens"]
 PROMPT_TOKENS = _VLLM["prompt_tokens"]
 REQUESTS_COMPLETED = _VLLM["requests_completed"]
 PREEMPTIONS = _VLLM["preemptions"]
-# vLLM's counters: each only grows within one process, so a decrease means a new process.
-COUNTERS: tuple[str, ...] = (
-    STEPS,
-    GENERATION_TOKENS,
-    PROMPT_TOKENS,
-    REQUESTS_COMPLETED,
-    PREEMPTIONS,
-)
 
 
 @dataclass(frozen=True)

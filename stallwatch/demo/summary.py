@@ -17,7 +17,7 @@ class TargetTally:
     state_since: float = 0.0
     busy_seconds: float = 0.0
     test_requests: int = 0
-    test_requests_while_busy: int = 0
+    requests_sent_while_busy: int = 0
     requests_in_run: int = 0
     stalls_detected: int = 0
     stuck_alerts: int = 0
@@ -44,7 +44,7 @@ class TargetTally:
             "kind": self.kind,
             "busy_seconds": round(self.busy_seconds, 1),
             "test_requests": self.test_requests,
-            "test_requests_while_busy": self.test_requests_while_busy,
+            "requests_sent_while_busy": self.requests_sent_while_busy,
             "sim_test_requests_while_busy": self.sim_test_requests_while_busy,
             "stalls_detected": self.stalls_detected,
             "stuck_alerts": self.stuck_alerts,
@@ -124,10 +124,10 @@ def story_problems(tallies: Mapping[str, TargetTally], hung: str) -> list[str]:
     """What went wrong with the story; empty when it happened as it should."""
     problems = []
     for tally in tallies.values():
-        if tally.test_requests_while_busy or tally.sim_test_requests_while_busy:
+        if tally.requests_sent_while_busy or tally.sim_test_requests_while_busy:
             problems.append(
                 f"{tally.name}: test requests sent while busy "
-                f"(exporter {tally.test_requests_while_busy}, "
+                f"(exporter {tally.requests_sent_while_busy}, "
                 f"simulator {tally.sim_test_requests_while_busy})"
             )
         if tally.false_restarts:
@@ -170,7 +170,7 @@ def format_summary_table(tallies: Sequence[TargetTally]) -> str:
                 tally.kind,
                 _seconds(tally.busy_seconds) if tally.kind != "proxy" else "-",
                 str(tally.test_requests),
-                str(tally.test_requests_while_busy),
+                str(tally.requests_sent_while_busy),
                 str(tally.stalls_detected),
                 str(tally.restarts),
                 str(tally.false_restarts),

@@ -121,6 +121,12 @@ async def handle_healthy(_: web.Request) -> web.Response:
     return web.Response(text="ok\n")
 
 
+async def handle_ready(_: web.Request) -> web.Response:
+    """Ready as soon as it answers: the config is loaded before the exporter listens, and
+    /probe needs no warm-up (Prometheus's /-/ready, for the probes that expect it)."""
+    return web.Response(text="ok\n")
+
+
 async def handle_index(request: web.Request) -> web.Response:
     service = request.app[SERVICE_KEY]
     rows = []
@@ -157,6 +163,7 @@ def build_app(service: ExporterService, config_path: Path) -> web.Application:
     app.router.add_get("/probe", handle_probe)
     app.router.add_post("/-/reload", handle_reload)
     app.router.add_get("/-/healthy", handle_healthy)
+    app.router.add_get("/-/ready", handle_ready)
     return app
 
 

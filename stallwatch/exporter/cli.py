@@ -35,6 +35,8 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     parser.add_argument("--config", required=True, type=Path, help="YAML config file")
     parser.add_argument(
         "--listen",
+        "--web.listen-address",
+        dest="listen",
         default=None,
         help="override the config's listen address (host:port)",
     )

@@ -16,8 +16,8 @@ Pure model, no I/O and no real clock. One simulated server (the simulator's own 
 The day holds legitimate silences as production does (`silences`): JIT compiles of unseen
 prompt shapes, an RL trainer's weight syncs (some held), an autotune on every start. The
 engine freezes and goes on by itself; a restart during one is a false restart. Stallwatch's
-way runs twice, with its restart window (`restart_after`, the real `with_window`) and with the
-old two-poll rule (`restart_after` 0), so the report puts both side by side.
+way runs twice, with its restart window (`restart_after`, the restarter's own alert plans) and
+with the old two-poll rule (`restart_after` 0), so the report puts both side by side.
 
 The engine advances `tokens_per_step` tokens per request per step (time scaled to match), so
 that a whole day runs in about a second a way; what the decisions read (which counters moved between

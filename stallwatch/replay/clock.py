@@ -6,6 +6,10 @@ import heapq
 import itertools
 import math
 from collections.abc import Callable
+from datetime import UTC, datetime
+
+# Day zero of the replays, only used to write alert startsAt timestamps.
+EPOCH = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 
 
 class Scheduler:
@@ -24,3 +28,8 @@ class Scheduler:
     def pop(self) -> tuple[float, Callable[[float], None]]:
         when, _, action = heapq.heappop(self._queue)
         return when, action
+
+
+def rfc3339(seconds: float) -> str:
+    """Virtual time `seconds` as Alertmanager writes a startsAt."""
+    return datetime.fromtimestamp(EPOCH + seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")

@@ -48,7 +48,29 @@ def _rows(result: FleetResult) -> list[tuple[str, ...]]:
         ("requests failed", *(str(w.requests_failed) for w in ways)),
         ("legitimate silences (cut short by a restart)", *(_silences(w) for w in ways)),
         ("near misses: recovered in the window", *(_near_misses(w) for w in ways)),
+        ("users' requests sent to hung servers", *(_stuck(w, False) for w in ways)),
+        ("  same, without quarantine", *(_stuck(w, True) for w in ways)),
+        ("healthy server-minutes out of rotation", *(_healthy_out(w) for w in ways)),
     ]
+
+
+def _stuck(way: WayTally, without: bool) -> str:
+    """Requests sent to hung servers and the request-minutes they waited there."""
+    stuck = way.stuck
+    if stuck is None:
+        return "-"
+    if without:
+        count, seconds = stuck.requests_without_quarantine, stuck.request_seconds_without_quarantine
+    else:
+        count, seconds = stuck.requests, stuck.request_seconds
+    return f"{count:.0f} ({seconds / 60:.0f} req-min)"
+
+
+def _healthy_out(way: WayTally) -> str:
+    stuck = way.stuck
+    if stuck is None:
+        return "-"
+    return f"{stuck.healthy_minutes_out:.0f} ({stuck.quarantines} quarantines)"
 
 
 def format_fleet(result: FleetResult, elapsed: float | None = None) -> str:
@@ -152,6 +174,18 @@ def fleet_document(result: FleetResult) -> dict[str, Any]:
                 "restart_after_seconds": way.restart_after,
                 "restarts_in_silences": way.restarts_in_silences,
                 "recovered_in_window": way.recovered_in_window,
+                "stuck_traffic": None
+                if way.stuck is None
+                else {
+                    "requests": round(way.stuck.requests, 1),
+                    "request_seconds": round(way.stuck.request_seconds, 1),
+                    "requests_without_quarantine": round(way.stuck.requests_without_quarantine, 1),
+                    "request_seconds_without_quarantine": round(
+                        way.stuck.request_seconds_without_quarantine, 1
+                    ),
+                    "healthy_minutes_out_of_rotation": round(way.stuck.healthy_minutes_out, 1),
+                    "quarantines": way.stuck.quarantines,
+                },
                 "silences": [
                     {
                         "server": silence.planned.server,
@@ -196,10 +230,13 @@ def fleet_assumptions(config: FleetConfig) -> list[str]:
         "stallwatch: every server polled each "
         f"{config.exporter_interval:g} s at once, the poll's state derived from the true state "
         "(not from counters), alert rules, group_wait "
-        f"{config.group_wait:g} s per alert and target, then the restarter's real decide, "
-        "breaker_trip, decide_confirmed and with_window with one fleet-wide History (holds "
-        "included); confirmation reads are "
-        "modelled from the true state; shipped defaults (mass stall > 50 % and >= 3, "
+        f"{config.group_wait:g} s per alert and target, then the restarter's own alert plans "
+        "(core/alert_plan.py: decide, decide_confirmed, the restart window and the quarantine) "
+        "driven as the restarter drives them, with one fleet-wide History (holds included) and "
+        "breaker_trip; confirmation and quarantine reads are modelled from the true state (a "
+        "step counter that moves only while the server serves); a server out of rotation gets "
+        "no new requests (its share goes to the others, which are assumed to have room); "
+        "shipped defaults (mass stall > 50 % and >= 3, "
         "max_in_flight 1, fleet_window 2 per 15 min, cooldown "
         f"{config.cooldown / 60:g} min); without fleet rules = no mass-stall cap and no "
         "breaker; a paged operator resumes an open breaker after "
@@ -227,9 +264,12 @@ def fleet_assumptions(config: FleetConfig) -> list[str]:
         "(and the canary); autotune and CUDA-graph capture (getainode/ainode#112) of "
         f"{config.start_autotune_seconds[0]:g}-{config.start_autotune_seconds[1]:g} s after "
         "the weights load on every start, port closed meanwhile (loading, for every way)",
-        f"stallwatch's restart window: restart_after {config.restart_after:g} s (the real "
-        "with_window; an alert waiting in it is judged again at its end); the two-poll rule "
-        "column is the same with restart_after 0",
+        f"stallwatch's restart window: restart_after {config.restart_after:g} s (the alert "
+        "plan's; an alert waiting in it is judged again at its end); the two-poll rule "
+        "column is the same with restart_after 0; requests sent to hung servers count those "
+        "arriving while a hung server is in rotation, and the request-minutes they wait there "
+        "until the hang ends; 'without quarantine' is the same run with every hung server in "
+        "rotation until its restart",
         "a hang no watchdog catches is found and restarted by a person after "
         f"{config.person_notices_seconds / 3600:g} h (not counted as caught); a hang that "
         "strikes a server already hung or loading is dropped, so the ways can count different "

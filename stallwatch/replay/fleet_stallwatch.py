@@ -1,15 +1,14 @@
-"""Stallwatch on the fleet: coarse exporter states, the real alert rules, the real restart policy.
+"""Stallwatch on the fleet: coarse exporter states, the real alert rules, the real restarter.
 
 The exporter's judgement is coarse (the state a poll would reach, from the server's true
 state, instead of `classify` on counters), but everything after it is the project's own code:
-`restart_alert_fires` for the alert rules (with the hold clause), and the restarter's `decide`,
-`breaker_trip`, `decide_confirmed` and `with_window` with one `History` shared by the whole
-fleet (restarts, stalled targets, breaker, holds from `current_holds`). An alert waiting in its
-restart window is judged again when the window ends, one on hold when its hold ends, and one
-that resolves closes its window as a near miss, as the restarter's `RestartWindows` and
-`HeldAlerts` do. The confirmation reads are coarse too (from the true state, no readings), so
-a window's end sees "moved meanwhile" only as progress in those reads. Alertmanager groups by
-alert name and target (as shipped), so each server's alert has its own group_wait.
+`restart_alert_fires` for the alert rules (with the hold clause), and the restarter's own alert
+plans (`core/alert_plan.py`) driven on the virtual clock by `replay/restarter.py`, with one
+`History` shared by the whole fleet (restarts, stalled targets, breaker, holds from
+`current_holds`). The confirmation and quarantine reads are coarse too (from the true state: a
+step counter that moves only while a server serves). Alertmanager groups by alert name and
+target (as shipped), so each server's alert has its own group_wait; a server out of rotation
+gets no new users' requests.
 """
 
 from __future__ import annotations
@@ -37,11 +36,10 @@ from stallwatch.core.policy import (
 )
 from stallwatch.core.reading import EngineSample, Reading
 from stallwatch.core.rules import RESTART_ALERT_STATES, restart_alert_fires
-from stallwatch.replay.clock import Scheduler
+from stallwatch.replay.clock import Scheduler, rfc3339
 from stallwatch.replay.fleet_plan import FleetPlan
 from stallwatch.replay.fleet_state import FleetState, WayTally
 from stallwatch.replay.restarter import VirtualRestarter
-from stallwatch.replay.stallwatch_way import _rfc3339
 
 ACTION_SECONDS = 2.0
 
@@ -143,6 +141,7 @@ class FleetStallwatch:
             confirm_gap=self.config.confirm_gap,
             action_seconds=ACTION_SECONDS,
         )
+        self.fleet.out_of_rotation = self._out_of_rotation
 
     def run(self) -> WayTally:
         self.scheduler.at(0.0, self._tick)
@@ -151,7 +150,14 @@ class FleetStallwatch:
         while self.scheduler.next_time() < self.config.duration:
             when, action = self.scheduler.pop()
             action(when)
-        return self.fleet.tally(self.name, dict(self.restarter.skips), self.restart_after)
+        self.fleet.advance(self.config.duration)
+        quarantines = sum(1 for _, c in self.restarter.routing if c.move == "quarantined")
+        return self.fleet.tally(
+            self.name,
+            dict(self.restarter.skips),
+            self.restart_after,
+            self.fleet.stuck_traffic(quarantines),
+        )
 
     def holds(self, now: float) -> Mapping[str, Hold]:
         """The holds in force at `now`: the journal's hold rows from `max_hold` before it up to
@@ -259,7 +265,7 @@ class FleetStallwatch:
                 status="firing",
                 labels={"alertname": alertname, "target": name, "severity": "critical"},
                 fingerprint=f"{alertname}:{name}",
-                starts_at=_rfc3339(episode.starts_at),
+                starts_at=rfc3339(episode.starts_at),
             )
             episode.alert = alert
             self.seen_stalled.setdefault(name, now)
@@ -349,6 +355,9 @@ class FleetStallwatch:
         server = self._server(target)
         self._started[server] = now
         self.fleet.restart(server, now)
+
+    def _out_of_rotation(self, server: int) -> bool:
+        return target_name(server) in self.restarter.memory.quarantines
 
     def _server(self, target: Target) -> int:
         return self._servers[target.name]

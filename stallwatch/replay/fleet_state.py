@@ -9,6 +9,7 @@ refusing requests meanwhile).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from stallwatch.replay.fleet_plan import FleetPlan, PlannedSilence
@@ -36,6 +37,18 @@ class FleetSilence:
 
 
 @dataclass(frozen=True)
+class StuckTraffic:
+    """Users' traffic to hung servers, with quarantine and (counterfactually) without it."""
+
+    requests: float
+    request_seconds: float
+    requests_without_quarantine: float
+    request_seconds_without_quarantine: float
+    healthy_minutes_out: float
+    quarantines: int
+
+
+@dataclass(frozen=True)
 class WayTally:
     """What one way did over the run."""
 
@@ -49,6 +62,10 @@ class WayTally:
     skips: dict[str, int]
     silences: tuple[FleetSilence, ...] = ()
     restart_after: float | None = None  # stallwatch's restart window (None: not stallwatch)
+    # Users' requests sent to hung servers (in rotation), and the request-seconds they spent
+    # there until the hang ended; the same without quarantine (a hung server in rotation until
+    # it is restarted); the healthy server-minutes quarantines took out of rotation.
+    stuck: StuckTraffic | None = None
 
     @property
     def restarts_in_silences(self) -> int:
@@ -89,6 +106,16 @@ class FleetState:
         self.hung_seconds = 0.0
         self._next_hang = 0
         self._advanced_to = 0.0
+        # Out of users' rotation (the way's quarantine; none for the other ways).
+        self.out_of_rotation: Callable[[int], bool] = _in_rotation
+        # Requests in flight on each hung server, with quarantine and without.
+        self._stuck = [0.0] * count
+        self._stuck_without = [0.0] * count
+        self.stuck_requests = 0.0
+        self.stuck_request_seconds = 0.0
+        self.stuck_requests_without = 0.0
+        self.stuck_request_seconds_without = 0.0
+        self.healthy_seconds_out = 0.0
 
     def advance(self, now: float) -> None:
         """Count the requests lost since the last call, then let the hangs due by `now` strike."""
@@ -97,15 +124,20 @@ class FleetState:
         if span > 0:
             for server in range(config.servers):
                 hung = self.hang[server] is not None
-                if hung or self.loading_until[server] > self._advanced_to:
-                    rate = (
-                        config.requests_per_minute_busy
-                        if self.plan.busy(server, self._advanced_to)
-                        else config.requests_per_minute_idle
-                    )
-                    self.failed += rate * span / 60.0
+                out = self.out_of_rotation(server)
+                rate = (
+                    config.requests_per_minute_busy
+                    if self.plan.busy(server, self._advanced_to)
+                    else config.requests_per_minute_idle
+                )
+                arrivals = rate * span / 60.0
+                if (hung and not out) or self.loading_until[server] > self._advanced_to:
+                    self.failed += arrivals
                 if hung:
                     self.hung_seconds += span
+                    self._count_stuck(server, arrivals, 0.0 if out else arrivals, span)
+                elif out:
+                    self.healthy_seconds_out += span
             self._advanced_to = now
         for server, silence in enumerate(self.silence):
             if silence is not None and now >= silence.planned.end:
@@ -113,6 +145,7 @@ class FleetState:
         for server, hang in enumerate(self.hang):
             if hang is not None and now - hang.started_at >= config.person_notices_seconds:
                 self.hang[server] = None  # a person restarts it; no watchdog caught it
+                self._hang_ended(server)
                 self.loading_until[server] = (
                     now + config.restart_load_seconds + self.plan.autotune(self.starts)
                 )
@@ -146,6 +179,19 @@ class FleetState:
             self.silence[server] = silence
             self.silences.append(silence)
 
+    def _count_stuck(self, server: int, without: float, sent: float, span: float) -> None:
+        """Requests arriving at a hung server over `span` wait there until the hang ends."""
+        self.stuck_requests_without += without
+        self.stuck_request_seconds_without += (self._stuck_without[server] + without / 2) * span
+        self._stuck_without[server] += without
+        self.stuck_requests += sent
+        self.stuck_request_seconds += (self._stuck[server] + sent / 2) * span
+        self._stuck[server] += sent
+
+    def _hang_ended(self, server: int) -> None:
+        self._stuck[server] = 0.0
+        self._stuck_without[server] = 0.0
+
     def loading(self, server: int, now: float) -> bool:
         return self.loading_until[server] > now
 
@@ -171,6 +217,7 @@ class FleetState:
         if hang is not None:
             hang.caught_after = now - hang.started_at
             self.hang[server] = None
+            self._hang_ended(server)
             self.hung_restarts += 1
         else:
             self.healthy_restarts += 1
@@ -188,8 +235,22 @@ class FleetState:
         )
         self.starts += 1
 
+    def stuck_traffic(self, quarantines: int) -> StuckTraffic:
+        return StuckTraffic(
+            requests=self.stuck_requests,
+            request_seconds=self.stuck_request_seconds,
+            requests_without_quarantine=self.stuck_requests_without,
+            request_seconds_without_quarantine=self.stuck_request_seconds_without,
+            healthy_minutes_out=self.healthy_seconds_out / 60.0,
+            quarantines=quarantines,
+        )
+
     def tally(
-        self, name: str, skips: dict[str, int] | None = None, restart_after: float | None = None
+        self,
+        name: str,
+        skips: dict[str, int] | None = None,
+        restart_after: float | None = None,
+        stuck: StuckTraffic | None = None,
     ) -> WayTally:
         self.advance(self.config.duration)
         return WayTally(
@@ -203,4 +264,11 @@ class FleetState:
             skips=dict(sorted((skips or {}).items())),
             silences=tuple(self.silences),
             restart_after=restart_after,
+            stuck=stuck,
         )
+
+
+def _in_rotation(server: int) -> bool:
+    """No way but stallwatch's takes a server out of rotation."""
+    del server
+    return False

@@ -263,8 +263,9 @@ def assumptions(config: ReplayConfig) -> list[str]:
         f"ceil({config.error_pressure:g} / errors) checks of {config.error_check_interval:g} s "
         "(sooner as errors grow); none of them checks while the port is closed",
         f"new way: the exporter's real decision code every {config.exporter_interval:g} s "
-        f"(idle test request: 1 token, {config.probe_timeout:g} s timeout, only when a read "
-        f"shows no work and nothing completed, at most one per {config.probe_min_interval:g} s "
+        f"(idle test request: 1 token, {config.test_request_timeout:g} s timeout, only when a "
+        f"read shows no work and nothing completed, at most one per "
+        f"{config.test_request_min_interval:g} s "
         f"while the server answers); stuck = two consecutive stalled polls; Prometheus scrape and "
         f"evaluation every {config.scrape_interval:g} s; Alertmanager group_wait "
         f"{config.group_wait:g} s; the restarter's real policy (cooldown "
@@ -330,6 +331,7 @@ def silence_assumptions(config: ReplayConfig) -> list[str]:
         f"after a restart, {config.start_autotune_seconds[0]:g}-"
         f"{config.start_autotune_seconds[1]:g} s after the weights load; {port}",
         f"stallwatch restarts only a stall its restarter has seen last restart_after "
-        f"({config.restart_after:g} s), judged again when the window ends (the real "
-        "with_window); the two-poll rule column is the same day with restart_after 0",
+        f"({config.restart_after:g} s), judged again when the window ends (the restarter's "
+        "alert plans, core/alert_plan.py); the two-poll rule column is the same day with "
+        "restart_after 0",
     ]

@@ -100,6 +100,7 @@ class VirtualRestarter:
         self._checking_holds = False
         self.memory = AlertMemory()
         self.journal: list[JournalEntry] = []
+        self._episodes: dict[tuple[str, str], list[PastDecision]] = {}
         self.past_restarts: list[PastRestart] = []
         self.skips: Counter[str] = Counter()
         self.near_misses: list[float] = []  # how long each window ran before its recovery
@@ -111,11 +112,7 @@ class VirtualRestarter:
     # The steps.
 
     def _history(self, alert: Alert, now: float) -> History:
-        same = tuple(
-            PastDecision(entry.time, entry.action, entry.reason)
-            for entry in self.journal
-            if entry.fingerprint == alert.fingerprint and entry.starts_at == alert.starts_at
-        )
+        same = tuple(self._episodes.get((alert.fingerprint, alert.starts_at), ()))
         acting = frozenset(
             past.target
             for past in self.past_restarts
@@ -243,6 +240,8 @@ class VirtualRestarter:
                 decision.reason,
             )
         )
+        episode = self._episodes.setdefault((alert.fingerprint, alert.starts_at), [])
+        episode.append(PastDecision(now, decision.action, decision.reason))
         if decision.action == "skip":
             self.skips[decision.reason] += 1
 

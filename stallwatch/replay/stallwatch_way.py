@@ -2,13 +2,11 @@
 
 Every decision is the project's own pure step: the exporter's poll plan (`core/poll_plan.py`,
 the same the exporter drives; its steps answered by the simulated server) and `TargetHistory`;
-the restart alerts' condition
-(`restart_alerts`, with the hold clause on the scraped hold gauge); the restarter's `decide`
-(with the holds in force, `current_holds`), then `decide_confirmed` on two fresh reads judged
-by `judge_reads`, then `with_window` keyed by `alert_key`, as the restarter's `RestartWindows`
-drives it: an alert waiting in its window is judged again when the window ends, and one that
-resolves closes its window as a near miss. Only the timing of Prometheus (scrape, evaluation)
-and Alertmanager (group_wait, group_interval, repeat_interval) is modelled here.
+the restart alerts' condition (`restart_alerts`, with the hold clause on the scraped hold
+gauge); and the restarter's own alert plans (`core/alert_plan.py`: the cheap checks, two fresh
+reads, the restart window, the quarantine) driven on the virtual clock by `replay/restarter.py`
+as the restarter drives them. Only the timing of Prometheus (scrape, evaluation) and
+Alertmanager (group_wait, group_interval, repeat_interval) is modelled here.
 """
 
 from __future__ import annotations
@@ -16,7 +14,6 @@ from __future__ import annotations
 import random
 from collections import Counter
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import assert_never
 
 from stallwatch.common.exporter_config import IdleTestRequestConfig, TargetConfig
@@ -45,19 +42,21 @@ from stallwatch.core.poll_plan import (
     AskFaults,
     AskModels,
     AskSleeps,
-    ModelsAnswer,
     Plan,
     PollResult,
-    ProbeResult,
     ReadMetrics,
-    ReadResult,
     SendTestRequest,
     advance,
     poll_plan,
 )
 from stallwatch.core.reading import Reading
+from stallwatch.core.reads import (
+    ModelsAnswer,
+    ReadResult,
+    TestRequestResult,
+)
 from stallwatch.core.rules import ADMISSION_STALLED_ALERT, DEGRADED_ALERT, restart_alerts
-from stallwatch.replay.clock import Scheduler
+from stallwatch.replay.clock import Scheduler, rfc3339
 from stallwatch.replay.config import ReplayConfig
 from stallwatch.replay.degraded import DegradedAlert
 from stallwatch.replay.restarter import VirtualRestarter
@@ -73,13 +72,6 @@ DEGRADATION_RULES: dict[str, tuple[frozenset[str], float]] = {
     ),
 }
 
-# Day zero of the replay, only used to write alert startsAt timestamps.
-EPOCH = 1_767_225_600.0  # 2026-01-01T00:00:00Z
-
-
-def _rfc3339(seconds: float) -> str:
-    return datetime.fromtimestamp(EPOCH + seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
 
 def exporter_target(config: ReplayConfig) -> TargetConfig:
     """The exporter's target for the replayed server (its shipped defaults, kind vllm)."""
@@ -89,7 +81,8 @@ def exporter_target(config: ReplayConfig) -> TargetConfig:
         kind="vllm",
         interval_seconds=config.exporter_interval,
         test_request=IdleTestRequestConfig(
-            timeout_seconds=config.probe_timeout, min_interval_seconds=config.probe_min_interval
+            timeout_seconds=config.test_request_timeout,
+            min_interval_seconds=config.test_request_min_interval,
         ),
     )
 
@@ -202,10 +195,10 @@ class Stallwatch:
                 step.reading,
                 now,
                 now - started,
-                probes_sent=step.probes_sent,
-                probes_failed=step.probes_failed,
+                test_requests_sent=step.test_requests_sent,
+                test_requests_failed=step.test_requests_failed,
                 error_reason=step.error_reason,
-                probe_deferred=step.probe_deferred,
+                test_request_deferred=step.test_request_deferred,
             )
         )
 
@@ -219,14 +212,14 @@ class Stallwatch:
             ok = bool(answered) and answered[0] == 200
             if not ok and request_id is not None:
                 self.server.give_up(request_id)
-            result = ProbeResult(ok, "answered" if ok else "no answer")
+            result = TestRequestResult(ok, "answered" if ok else "no answer")
             self._drive(plan, result, started, later)
 
         if request_id is None:
             settle(now)
         else:
             # The answer comes within one step when the engine works; give it until the timeout.
-            self.scheduler.at(now + self.config.probe_timeout, settle)
+            self.scheduler.at(now + self.config.test_request_timeout, settle)
 
     def _finish_poll(self, outcome: PollOutcome) -> None:
         self.history = self.history.advance(outcome)
@@ -299,7 +292,7 @@ class Stallwatch:
             status="firing",
             labels={"alertname": alertname, "target": TARGET_NAME, "severity": "critical"},
             fingerprint=f"{alertname}:{TARGET_NAME}",
-            starts_at=_rfc3339(episode.starts_at),
+            starts_at=rfc3339(episode.starts_at),
         )
         episode.alert = alert
         self._receive(alert, now)

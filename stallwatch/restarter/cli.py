@@ -17,7 +17,7 @@ from typing import Any
 import aiohttp
 
 from stallwatch import USER_AGENT
-from stallwatch.common.cli import add_service_arguments, setup_logging
+from stallwatch.common.cli import EXIT_USAGE, add_service_arguments, setup_logging
 from stallwatch.common.config import ConfigError, parse_duration
 from stallwatch.common.config_files import load_restarter_config as load_config
 from stallwatch.common.restarter_config import RestarterConfig
@@ -63,8 +63,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         dest="journal_config",
         type=Path,
         metavar="FILE",
-        required=True,
-        help="YAML config file (its `journal` path is read)",
+        help="YAML config file (its `journal` path is read); or --config before `journal`",
     )
     journal.add_argument(
         "--limit",
@@ -139,11 +138,32 @@ def _journal_command(
         dest="control_config",
         type=Path,
         metavar="FILE",
-        required=True,
-        help="YAML config file (its `journal` path is written)",
+        help=f"YAML config file (its `journal` path is written); or --config before `{name}`",
     )
     command.add_argument("--reason", default="", help="why, for the journal")
     return command
+
+
+def _command_config(args: argparse.Namespace, own: Path | None) -> Path | None:
+    """A command's config file: its own --config, or the one given before the command
+    (`stallwatch restarter --config FILE journal`); None, said on stderr, when neither or two
+    different ones were given."""
+    before: Path | None = args.config
+    if own is not None and before is not None and own != before:
+        print(
+            f"stallwatch restarter {args.restarter_command}: two configs given, "
+            f"{before} and {own}: give one --config",
+            file=sys.stderr,
+        )
+        return None
+    path = own or before
+    if path is None:
+        print(
+            f"stallwatch restarter {args.restarter_command}: --config FILE is required "
+            "(before or after the command)",
+            file=sys.stderr,
+        )
+    return path
 
 
 def _load(path: Path) -> RestarterConfig | None:
@@ -191,7 +211,7 @@ def describe(config: RestarterConfig) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     if args.config is None:
         print("stallwatch restarter: --config FILE is required", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     setup_logging(args.log_level, args.log_format)
     config = _load(args.config)
     if config is None:
@@ -304,7 +324,10 @@ def _write(config: RestarterConfig, row: Callable[[Journal], object]) -> bool:
 
 def run_control(args: argparse.Namespace) -> int:
     """`pause` / `resume`: one control row in the journal; the restarter reads it at once."""
-    config = _load(args.control_config)
+    path = _command_config(args, args.control_config)
+    if path is None:
+        return EXIT_USAGE
+    config = _load(path)
     if config is None:
         return 1
     duration: float | None = None
@@ -336,12 +359,15 @@ def run_control(args: argparse.Namespace) -> int:
 def run_hold(args: argparse.Namespace) -> int:
     """`hold` / `unhold`: one hold row in the journal; the restarter reads it at its next
     decision."""
-    config = _load(args.control_config)
+    path = _command_config(args, args.control_config)
+    if path is None:
+        return EXIT_USAGE
+    config = _load(path)
     if config is None:
         return 1
     target: str = args.target
     if config.target(target) is None and not config.rules:
-        print(f"{target!r} is not a target of {args.control_config}", file=sys.stderr)
+        print(f"{target!r} is not a target of {path}", file=sys.stderr)
         return 2
     duration = 0.0
     if args.control == "hold":
@@ -371,7 +397,10 @@ def run_hold(args: argparse.Namespace) -> int:
 
 
 def run_journal(args: argparse.Namespace) -> int:
-    config = _load(args.journal_config)
+    path = _command_config(args, args.journal_config)
+    if path is None:
+        return EXIT_USAGE
+    config = _load(path)
     if config is None:
         return 1
     if args.limit < 1:

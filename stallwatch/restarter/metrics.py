@@ -198,5 +198,32 @@ class RestarterMetrics:
             self.routable.labels(target=target.name).set(1)
             self.quarantine_seconds.labels(target=target.name)
 
+    def keep_only(self, targets: set[str]) -> int:
+        """Remove every per-target series of a target not in `targets` (one that left the
+        config on a reload, a pod that is gone); how many series went. The unconfigured
+        target's series (`target=""`) stay."""
+        kept = targets | {UNCONFIGURED_TARGET}
+        removed = 0
+        for family in self._per_target():
+            names = family._labelnames
+            gone = {
+                tuple(sample.labels[name] for name in names)
+                for metric in family.collect()
+                for sample in metric.samples
+                if all(name in sample.labels for name in names)
+                and sample.labels["target"] not in kept
+            }
+            for values in gone:
+                family.remove(*values)
+                removed += 1
+        return removed
+
+    def _per_target(self) -> list[Counter | Gauge | Histogram]:
+        return [
+            family
+            for family in vars(self).values()
+            if isinstance(family, Counter | Gauge | Histogram) and "target" in family._labelnames
+        ]
+
     def exposition(self) -> bytes:
         return prometheus_client.generate_latest(self.registry)

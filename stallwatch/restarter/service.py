@@ -17,7 +17,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import aiohttp
 
@@ -54,7 +54,7 @@ from stallwatch.restarter.journal import Journal
 from stallwatch.restarter.journal_reader import JournalError, printable
 from stallwatch.restarter.metrics import UNCONFIGURED_TARGET, RestarterMetrics
 from stallwatch.restarter.rotation import Rotation
-from stallwatch.restarter.steps import fresh_read, test_request
+from stallwatch.restarter.steps import fresh_read, one_test_request
 from stallwatch.restarter.waiting import WaitingAlerts
 
 if TYPE_CHECKING:
@@ -67,7 +67,7 @@ log = logging.getLogger("stallwatch.restarter")
 # the disk) per batch, and the event loop gets a turn between batches.
 JUDGED_PER_COMMIT = 200
 # A decision the journal could not record (nothing is run unrecorded).
-JOURNAL_UNWRITABLE = "journal_unwritable"
+JOURNAL_UNWRITABLE: Literal["journal_unwritable"] = "journal_unwritable"
 
 
 class _Pending:
@@ -155,6 +155,8 @@ class Restarter:
         self.holds.refresh_gauges()
         self._lookback = lookback_seconds(config)
         self.rotation.follow_config()
+        # A target that left (a reload, a pod that is gone) takes its series with it.
+        self.metrics.keep_only({t.name for t in config.targets} | set(self.memory.quarantines))
 
     @property
     def session(self) -> aiohttp.ClientSession:
@@ -264,7 +266,7 @@ class Restarter:
                 case FreshRead(target=target):
                     answer = await fresh_read(self._session, target, self.config.confirm.timeout)
                 case AskTestRequest(target=target, model=model):
-                    answer = await test_request(self.session, target, model, self.config.quarantine)
+                    answer = await one_test_request(self.session, target, model, self.config.quarantine)
                 case _:
                     answer = self._answer_now(step, None)
             step = advance(plan, answer)

@@ -7,7 +7,7 @@ This follows it with the repository's virtualenv as the install and only the doc
   of this virtualenv, with `examples/exporter.yml` and `examples/restarter.yml`;
 - an operator's own Prometheus and Alertmanager configs get the entries of
   `examples/wiring/prometheus.yml` and `examples/wiring/alertmanager.yml`, added as the docs
-  say (rule files copied from `prometheus/`, the route first among the operator's routes);
+  say (rule files copied from `prometheus/`, the routes first among the operator's routes);
 - the model server is the simulator, started and restarted by
   `examples/actions/restart-process-group.sh`, as the example's command target does.
 
@@ -193,10 +193,10 @@ def write_prometheus_config(layout: Layout, ports: Ports) -> Path:
 
 
 def write_alertmanager_config(layout: Layout, ports: Ports) -> Path:
-    """An operator's alertmanager.yml (one receiver for people), with the snippet's route put
+    """An operator's alertmanager.yml (one receiver for people), with the snippet's routes put
     first among its routes and its receiver added; the webhook and token file made local."""
     snippet = load(WIRING / "alertmanager.yml")
-    (route,) = [r for r in snippet["route"]["routes"] if r["receiver"] == RESTARTER_RECEIVER]
+    routes = snippet["route"]["routes"]
     (receiver,) = [r for r in snippet["receivers"] if r["name"] == RESTARTER_RECEIVER]
     existing: dict[str, Any] = {
         "route": {
@@ -206,7 +206,7 @@ def write_alertmanager_config(layout: Layout, ports: Ports) -> Path:
         },
         "receivers": [{"name": "people"}],
     }
-    existing["route"]["routes"].insert(0, route)
+    existing["route"]["routes"][:0] = routes
     existing["receivers"].append(receiver)
     token = private_file(layout.path("etc/alertmanager/stallwatch-restarter.token"), TOKEN + "\n")
     document = rewrite_alertmanager_config(

@@ -480,7 +480,8 @@ def dockerfile_instructions() -> list[tuple[str, str]]:
 
 
 def test_the_image_is_slim_non_root_and_runs_stallwatch(normalised: dict[str, Any]) -> None:
-    """python:3.11-slim, a non-root USER, entrypoint `stallwatch`, labels, no HEALTHCHECK."""
+    """python:3.11-slim, a non-root USER, entrypoint `stallwatch`, the OCI labels, and a
+    HEALTHCHECK asking a component's own /-/healthy."""
     instructions = dockerfile_instructions()
     # The base is a build argument (the stack tier builds on a local Debian base); users get
     # python:3.11-slim unless they pass --build-arg BASE_IMAGE=...
@@ -492,8 +493,14 @@ def test_the_image_is_slim_non_root_and_runs_stallwatch(normalised: dict[str, An
     assert users
     assert users[-1].split(":")[0] not in ("root", "0")
     assert ("ENTRYPOINT", '["stallwatch"]') in instructions
-    assert any(keyword == "LABEL" for keyword, _ in instructions)
-    assert not any(keyword == "HEALTHCHECK" for keyword, _ in instructions)
+    labels = " ".join(rest for keyword, rest in instructions if keyword == "LABEL")
+    for label in ("version", "revision", "source", "licenses"):
+        assert f"org.opencontainers.image.{label}=" in labels
+    (check,) = [rest for keyword, rest in instructions if keyword == "HEALTHCHECK"]
+    assert "STALLWATCH_HEALTHCHECK_URL" in check
+    assert "STALLWATCH_HEALTHCHECK_URL=http://127.0.0.1:9732/-/healthy" in " ".join(
+        rest for keyword, rest in instructions if keyword == "ENV"
+    )
     for name in ("simulator", "exporter", "restarter"):
         service = services(normalised["sim"])[name]
         assert service["build"]["context"] == str(REPO)

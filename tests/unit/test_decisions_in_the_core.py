@@ -49,3 +49,11 @@ def test_the_check_finds_a_decision_outside_the_core(tmp_path: Path) -> None:
     module = tmp_path / "driver.py"
     module.write_text("def judge(a, c, h, n):\n    return policy.decide(a, c, h, n)\n")
     assert called_names(module) & DECIDING == {"decide"}
+
+
+def test_every_skip_reason_is_documented() -> None:
+    """Each label value of stallwatch_restarter_skips_total is named in docs/restarter.md."""
+    from stallwatch.core.policy import SKIP_REASONS
+
+    text = (ROOT.parent / "docs" / "restarter.md").read_text(encoding="utf-8")
+    assert [reason for reason in SKIP_REASONS if f"`{reason}`" not in text] == []

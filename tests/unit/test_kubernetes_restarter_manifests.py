@@ -3,7 +3,6 @@ Lease holder is Ready; its restarter.yml loads."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -13,14 +12,15 @@ import pytest
 import yaml
 
 from stallwatch.common.config_files import load_restarter_config
+from tests.support.tools import find_tool, missing_reason
 
 OVERLAY = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes" / "restarter"
 
 
 def build() -> list[dict[str, Any]]:
-    kubectl = shutil.which("kubectl")
+    kubectl = find_tool("kubectl")
     if kubectl is None:
-        pytest.fail("kubectl is not installed; `make test` installs it (Debian kubernetes-client)")
+        pytest.fail(missing_reason("kubectl"))
     result = subprocess.run(
         [kubectl, "kustomize", str(OVERLAY)], capture_output=True, text=True, timeout=120
     )

@@ -10,12 +10,10 @@ from stallwatch.core.pod_rules import (
     LWS_NAME,
     LWS_WORKER,
     PodFacts,
-    PodName,
     Refusal,
     allowed_pod,
     group_of,
     metrics_url,
-    rule_for_alert,
     rule_for_pod,
     rules_for_alert,
     target_name,
@@ -59,18 +57,19 @@ def pod(labels: dict[str, str], ip: str | None = "10.1.2.3", ports=(("http", 800
 )
 def test_rule_for_alert(labels: dict[str, str], expected: object) -> None:
     """An alert is allowed only by a rule that lists its namespace and accepts its labels."""
-    found = rule_for_alert((RULE, OTHER), labels)
+    found = rules_for_alert((RULE, OTHER), labels)
     if isinstance(expected, str):
         assert isinstance(found, Refusal)
         assert found.reason == expected
     else:
-        assert isinstance(found, PodName)
-        assert (found.rule.name, found.namespace, found.pod) == expected
+        assert not isinstance(found, Refusal)
+        first = found[0]
+        assert (first.rule.name, first.namespace, first.pod) == expected
 
 
 def test_no_rules_refuse_everything() -> None:
     """With no rule configured, no alert names a pod the restarter may touch."""
-    assert rule_for_alert((), {"namespace": "llm-a", "pod": "p"}) == Refusal(
+    assert rules_for_alert((), {"namespace": "llm-a", "pod": "p"}) == Refusal(
         "no_rule", "no allow-rule is configured"
     )
 

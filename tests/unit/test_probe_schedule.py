@@ -11,7 +11,6 @@ from stallwatch.core.probe_schedule import (
     ReadClock,
     after_read,
     forgotten,
-    has_room,
     no_room,
     read_due,
     sweep_due,
@@ -115,15 +114,6 @@ def test_targets_not_asked_for_are_forgotten(
 ) -> None:
     """A target is forgotten once no /probe asked for it in longer than its forget_after."""
     assert forgotten(asked, now) == expected
-
-
-@pytest.mark.parametrize(
-    ("remembered", "known", "max_targets", "room"),
-    [(0, False, 2, True), (1, False, 2, True), (2, False, 2, False), (2, True, 2, True)],
-)
-def test_room_for_a_new_target(remembered: int, known: bool, max_targets: int, room: bool) -> None:
-    """A full table refuses new targets and keeps serving the ones it has."""
-    assert has_room(remembered, known=known, max_targets=max_targets) is room
 
 
 @pytest.mark.parametrize(

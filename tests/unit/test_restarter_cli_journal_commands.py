@@ -7,7 +7,7 @@ import argparse
 
 import pytest
 
-from stallwatch.cli import build_parser
+from stallwatch.cli import build_parser, main
 from stallwatch.common.cli import EXIT_USAGE
 
 
@@ -39,11 +39,27 @@ def test_each_takes_config_and_reason(argv: tuple[str, ...], control: str) -> No
     "argv", [("pause",), ("resume",), ("hold", "gpu1", "--for", "5m"), ("unhold", "gpu1")]
 )
 def test_each_needs_its_config(argv: tuple[str, ...], capsys: pytest.CaptureFixture[str]) -> None:
-    """Without --config each command is a usage error naming the option."""
-    with pytest.raises(SystemExit) as raised:
-        parse("restarter", *argv)
-    assert raised.value.code == EXIT_USAGE
-    assert "--config" in capsys.readouterr().err
+    """Without --config, before or after the command, each is a usage error naming the option."""
+    assert main(["restarter", *argv]) == EXIT_USAGE
+    assert "--config FILE is required (before or after the command)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [("pause",), ("resume",), ("hold", "gpu1", "--for", "5m"), ("unhold", "gpu1"), ("journal",)],
+)
+def test_config_before_the_command_is_taken(argv: tuple[str, ...]) -> None:
+    """`stallwatch restarter --config FILE COMMAND` reads FILE, as `COMMAND --config FILE` does."""
+    args = parse("restarter", "--config", "r.yml", *argv)
+    assert str(args.config) == "r.yml"
+    assert getattr(args, "control_config", None) is None
+    assert getattr(args, "journal_config", None) is None
+
+
+def test_two_different_configs_are_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    """A --config before the command and another after it: a usage error naming both."""
+    assert main(["restarter", "--config", "a.yml", "journal", "--config", "b.yml"]) == EXIT_USAGE
+    assert "two configs given, a.yml and b.yml" in capsys.readouterr().err
 
 
 def test_the_reason_defaults_to_empty() -> None:

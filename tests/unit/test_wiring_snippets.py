@@ -114,16 +114,19 @@ def routes_test(config: Path, expected: str, *labels: str) -> subprocess.Complet
 
 @pytest.mark.parametrize("alertname", RESTART_ALERTS)
 def test_the_snippet_routes_each_restart_alert_to_the_restarter(alertname: str) -> None:
-    """amtool: LLMServerStuck, LLMServerUnresponsive and LLMServerHung reach the restarter."""
-    result = routes_test(ALERTMANAGER_SNIPPET, RECEIVER, f"alertname={alertname}", "target=gpu1")
+    """amtool: LLMServerStuck, LLMServerUnresponsive and LLMServerHung reach the restarter,
+    then the top-level receiver (people)."""
+    result = routes_test(
+        ALERTMANAGER_SNIPPET, f"{RECEIVER},default", f"alertname={alertname}", "target=gpu1"
+    )
     assert result.returncode == 0, explain(result)
 
 
 def merged_into_an_existing_config(tmp_path: Path) -> Path:
     """An operator's own config (a pager for critical alerts, a catch-all) with the snippet's
-    route put first among its routes and its receiver added, as the snippet's comment says."""
+    two routes put first among its routes and its receiver added, as the snippet's comment says."""
     snippet = load(ALERTMANAGER_SNIPPET)
-    (route,) = [r for r in snippet["route"]["routes"] if r["receiver"] == RECEIVER]
+    routes = snippet["route"]["routes"]
     (receiver,) = [r for r in snippet["receivers"] if r["name"] == RECEIVER]
     existing: dict[str, Any] = {
         "route": {
@@ -136,7 +139,7 @@ def merged_into_an_existing_config(tmp_path: Path) -> Path:
             {"name": "pager", "webhook_configs": [{"url": "http://127.0.0.1:1/pager"}]},
         ],
     }
-    existing["route"]["routes"].insert(0, route)
+    existing["route"]["routes"][:0] = routes
     existing["receivers"].append(receiver)
     config = tmp_path / "alertmanager.yml"
     config.write_text(yaml.safe_dump(existing))
@@ -146,9 +149,9 @@ def merged_into_an_existing_config(tmp_path: Path) -> Path:
 @pytest.mark.parametrize(
     ("labels", "receivers"),
     [
-        (("alertname=LLMServerStuck", "severity=critical"), f"{RECEIVER},pager"),
-        (("alertname=LLMServerHung", "severity=critical"), f"{RECEIVER},pager"),
-        (("alertname=LLMServerUnresponsive", "severity=critical"), f"{RECEIVER},pager"),
+        (("alertname=LLMServerStuck", "severity=critical"), f"{RECEIVER},team-email,pager"),
+        (("alertname=LLMServerHung", "severity=critical"), f"{RECEIVER},team-email,pager"),
+        (("alertname=LLMServerUnresponsive",), f"{RECEIVER},team-email"),
         (("alertname=LLMServerDown", "severity=critical"), "pager"),
         (("alertname=StallwatchRestartBudgetExhausted", "severity=warning"), "team-email"),
         (("alertname=DiskFull", "severity=warning"), "team-email"),
@@ -157,8 +160,8 @@ def merged_into_an_existing_config(tmp_path: Path) -> Path:
 def test_merged_into_an_existing_config_only_restart_alerts_reach_the_restarter(
     tmp_path: Path, labels: tuple[str, ...], receivers: str
 ) -> None:
-    """Merged as documented, the restart alerts reach the restarter and still the operator's
-    own receivers; every other alert is routed as before."""
+    """Merged as documented, the restart alerts reach the restarter, the top-level receiver and
+    still the operator's own receivers; every other alert is routed as before."""
     config = merged_into_an_existing_config(tmp_path)
     checked = run(tool("amtool", "prometheus-alertmanager"), "check-config", str(config))
     assert checked.returncode == 0, explain(checked)
@@ -172,7 +175,7 @@ def test_the_snippet_routes_and_sends_as_the_projects_alertmanager_config() -> N
     snippet, project = load(ALERTMANAGER_SNIPPET), load(PROJECT_ALERTMANAGER)
 
     def restarter_parts(document: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-        (route,) = [r for r in document["route"]["routes"] if r["receiver"] == RECEIVER]
+        (route,) = [r for r in document["route"]["routes"] if r.get("receiver") == RECEIVER]
         (receiver,) = [r for r in document["receivers"] if r["name"] == RECEIVER]
         (webhook,) = receiver["webhook_configs"]
         webhook = {**webhook, "url": "URL"}
@@ -185,7 +188,7 @@ def test_the_snippet_routes_and_sends_as_the_projects_alertmanager_config() -> N
 def test_the_snippet_routes_exactly_the_examples_restart_alerts() -> None:
     """The snippet routes to the restarter the very alerts examples/restarter.yml acts on."""
     (route,) = [
-        r for r in load(ALERTMANAGER_SNIPPET)["route"]["routes"] if r["receiver"] == RECEIVER
+        r for r in load(ALERTMANAGER_SNIPPET)["route"]["routes"] if r.get("receiver") == RECEIVER
     ]
     (matcher,) = route["matchers"]
     routed = re.fullmatch(r'alertname=~"([\w|]+)"', matcher)
