@@ -151,6 +151,13 @@ class RestarterMetrics:
             ["target"],
             registry=self.registry,
         )
+        self.routing = Gauge(
+            "stallwatch_restarter_routing",
+            "The routing verdict as a state set: 1 for the current reason (in_rotation, "
+            "stalled, hung, restarting), 0 for the others.",
+            ["target", "reason"],
+            registry=self.registry,
+        )
         self.quarantine_seconds = Gauge(
             "stallwatch_restarter_quarantine_seconds",
             "How long the target has been out of rotation so far (0 while in rotation).",

@@ -24,6 +24,7 @@ import aiohttp
 from stallwatch import USER_AGENT
 from stallwatch.common.restarter_config import RestarterConfig, Target
 from stallwatch.core.alert_plan import (
+    FORGET_WINDOW_AFTER_SECONDS,
     AlertMemory,
     AlertOutcome,
     AskClock,
@@ -36,10 +37,13 @@ from stallwatch.core.alert_plan import (
     Plan,
     advance,
     firing_plan,
+    followed_config,
     look_plan,
     resolved_plan,
+    restored_memory,
     settle_plan,
     window_alert,
+    window_change,
 )
 from stallwatch.core.alerts import Alert, Notification
 from stallwatch.core.holds import Hold
@@ -107,7 +111,26 @@ class Restarter:
         self.background = BackgroundActions(self.journal, self.metrics, self.fleet, clock)
         self.background.close_interrupted()
         self.memory = self.rotation.restored(self.memory)
+        self.memory = self._restored_windows(self.memory)
         self._settling: set[asyncio.Task[None]] = set()
+
+    def _restored_windows(self, memory: AlertMemory) -> AlertMemory:
+        """The windows the journal says were open, with their alerts waiting for their ends."""
+        now = self.clock()
+        longest = max((t.restart_after for t in self.config.targets), default=0.0)
+        try:
+            events = self.journal.window_events(now - longest - FORGET_WINDOW_AFTER_SECONDS)
+        except JournalError as error:
+            log.error("restart windows not read back from the journal: %s", error)
+            return memory
+        restored = restored_memory(memory, events, self.config, now)
+        for name in sorted(set(restored.windows) - set(memory.windows)):
+            log.warning(
+                "restart window target=%s read back from the journal: its alert is judged "
+                "again when it ends",
+                printable(name),
+            )
+        return restored
 
     def current_config(self) -> RestarterConfig:
         return self.config
@@ -155,6 +178,7 @@ class Restarter:
         self.holds.refresh_gauges()
         self._lookback = lookback_seconds(config)
         self.rotation.follow_config()
+        self.memory = followed_config(self.memory, config)
         # A target that left (a reload, a pod that is gone) takes its series with it.
         self.metrics.keep_only({t.name for t in config.targets} | set(self.memory.quarantines))
 
@@ -266,7 +290,9 @@ class Restarter:
                 case FreshRead(target=target):
                     answer = await fresh_read(self._session, target, self.config.confirm.timeout)
                 case AskTestRequest(target=target, model=model):
-                    answer = await one_test_request(self.session, target, model, self.config.quarantine)
+                    answer = await one_test_request(
+                        self.session, target, model, self.config.quarantine
+                    )
                 case _:
                     answer = self._answer_now(step, None)
             step = advance(plan, answer)
@@ -398,7 +424,7 @@ class Restarter:
     ) -> Decision | None:
         """Apply an outcome: the memory, the journal, the routing changes, the action."""
         now = self.clock()
-        self.memory = outcome.applied(self.memory, now)
+        self._apply(outcome, alert.alertname, now)
         self.waiting.remember(given, outcome, notification)
         # The outcome names the target it judged (none: an allow-rule refused the alert first).
         target = self.config.target(outcome.target) if outcome.target else None
@@ -444,6 +470,18 @@ class Restarter:
         self.metrics.held_alerts.set(len(self.memory.waiting))
         return decision
 
+    def _apply(self, outcome: AlertOutcome, alertname: str, now: float) -> None:
+        """The outcome's changes to the memory, and a journal row for a window that opened or
+        closed (so a restarted restarter goes on with it)."""
+        name = outcome.target
+        before = self.memory.windows.get(name) if name else None
+        self.memory = outcome.applied(self.memory, now)
+        after = self.memory.windows.get(name) if name else None
+        change = window_change(before, after)
+        if change is not None:
+            kind, window = change
+            self.journal.record_window(kind, window, alertname, now)
+
     def _log_decision(self, alert: Alert, decision: Decision, row_id: int) -> None:
         log.info(
             "%s target=%s alert=%s fingerprint=%s reason=%s: %s",
@@ -476,7 +514,7 @@ class Restarter:
             async with self.locks[target.name]:
                 outcome = await self._run(settle_plan(target), time.monotonic())
                 now = self.clock()
-                self.memory = outcome.applied(self.memory, now)
+                self._apply(outcome, alert.alertname, now)
                 if outcome.settled is not None:
                     self.journal.record_decision(
                         alert,
@@ -498,7 +536,7 @@ class Restarter:
         async with lock:
             outcome = await self._run(look_plan(target, self.config.quarantine), time.monotonic())
             now = self.clock()
-            self.memory = outcome.applied(self.memory, now)
+            self._apply(outcome, "", now)
             if outcome.settled is not None and outcome.near_miss is not None:
                 self.journal.record_decision(window_alert(outcome.near_miss), outcome.settled, now)
             self.rotation.effects(outcome, None, None, now)
