@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import aiohttp
-from stallwatch.restarter.release import RELEASE_CHECK_SECONDS
+from stallwatch.restarter.waiting import RELEASE_CHECK_SECONDS
 
 from benchmarks.common import REPO, Section, fmt_seconds, median
 from stallwatch.common.exporter_config import ExporterConfig, IdleTestRequestConfig, TargetConfig

@@ -25,6 +25,7 @@ from tests.e2e.test_pipeline_restarter import REPO, RestarterStack, rows, wait_u
 from tests.support.alerting_stack import poll, running_stack
 from tests.support.haproxy import HAProxy, running_haproxy, wait_for
 from tests.support.pipeline import TIMEOUT, exporter_on_stack, restarter_process, target, unique
+from tests.support.quarantine_chain import SHIPPED, freeze_through_haproxy
 from tests.support.restarter import marker_argv
 
 pytestmark = pytest.mark.e2e
@@ -160,3 +161,21 @@ async def test_a_hung_server_leaves_haproxy_through_the_whole_chain_and_returns(
     assert moves[-1][0] == "released", entries
     assert not rows(entries, a_name, "action_result")
     assert not (tmp_path / "restarted").exists()
+
+
+async def test_a_70_s_freeze_at_the_shipped_defaults_leaves_rotation_and_returns_unrestarted(
+    haproxy_stack: RestarterStack, tmp_path: Path
+) -> None:
+    """At the shipped exporter, confirmation and look timings (Prometheus and Alertmanager at the
+    harness' 1 s), a server frozen for 70 s with work in flight leaves HAProxy's rotation while
+    frozen, gets no user request while out, comes back once it moves, and is never restarted."""
+    run = await freeze_through_haproxy(haproxy_stack, tmp_path, SHIPPED, freeze_seconds=70.0)
+    print(
+        f"freeze -> out of rotation {run.freeze_to_out:.1f} s; moving again -> back "
+        f"{run.end_to_back:.1f} s; users' requests to the frozen server: "
+        f"{run.to_frozen_before_out} before it left, {run.to_frozen_while_out} while out"
+    )
+    assert run.routing[0] == ("quarantined", "stalled")
+    assert run.routing[-1][0] == "released"
+    assert run.to_frozen_while_out == 0
+    assert not run.restarted
