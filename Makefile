@@ -1,13 +1,13 @@
 # stallwatch: `make demo` runs the whole pipeline locally, `make test` runs every test.
 # Both set up what they need on a fresh machine: a virtual environment with the project and,
-# when run as root, Debian's prometheus and prometheus-alertmanager.
+# when run as root, Debian's prometheus, prometheus-alertmanager and haproxy.
 
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-SYSTEM_BINARIES := prometheus promtool prometheus-alertmanager amtool docker-compose
-DEBIAN_PACKAGES := prometheus prometheus-alertmanager docker-compose
+SYSTEM_BINARIES := prometheus promtool prometheus-alertmanager amtool docker-compose haproxy
+DEBIAN_PACKAGES := prometheus prometheus-alertmanager docker-compose haproxy
 # helm and kubectl (with kustomize) of record: `make tools` unpacks them into $(BIN), pinned.
 TOOLS_STAMP := $(VENV)/.tools
 
@@ -37,8 +37,8 @@ tools: $(TOOLS_STAMP)
 tools-or-skip: $(STAMP)
 	@$(MAKE) --no-print-directory tools || echo "helm and kubectl could not be installed: tests/contract will skip, saying why"
 
-# Debian's Prometheus 2.42 and Alertmanager 0.25 are the real parts every e2e test and the
-# demo start. Installing them needs root; otherwise say exactly what is missing.
+# Debian's Prometheus 2.42, Alertmanager 0.25 and HAProxy 2.6 are the real parts every e2e
+# test and the demo start. Installing them needs root; otherwise say exactly what is missing.
 system-deps:
 	@missing=""; for b in $(SYSTEM_BINARIES); do command -v $$b >/dev/null 2>&1 || missing="$$missing $$b"; done; \
 	if [ -n "$$missing" ]; then \

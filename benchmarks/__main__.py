@@ -14,6 +14,7 @@ from benchmarks import (
     end_to_end,
     parsing,
     probe_mode,
+    quarantine,
     read_path,
     restart_window,
     restarter_bench,
@@ -29,6 +30,7 @@ BENCHMARKS: dict[str, Callable[..., Section]] = {
     "probe": probe_mode.run,
     "readpath": read_path.run,
     "window": restart_window.run,
+    "quarantine": quarantine.run,
 }
 # The benchmarks that can run the code at another git ref beside this tree's (`--baseline`).
 COMPARED = frozenset({"probe", "readpath"})

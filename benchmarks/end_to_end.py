@@ -16,13 +16,13 @@ import time
 from pathlib import Path
 
 import aiohttp
-from stallwatch.restarter.release import RELEASE_CHECK_SECONDS
 
 from benchmarks.common import REPO, Section, fmt_seconds, median
 from stallwatch.common.exporter_config import ExporterConfig, IdleTestRequestConfig, TargetConfig
 from stallwatch.common.restart_limits import DEFAULT_RESTART_AFTER
 from stallwatch.core.classify import State
 from stallwatch.exporter.app import running_exporter
+from stallwatch.restarter.waiting import RELEASE_CHECK_SECONDS
 from stallwatch.simulator.load import run_load
 from stallwatch.simulator.testing import running_simulator
 from tests.support.alerting_stack import AlertingStack

@@ -23,6 +23,11 @@ from stallwatch.common.restart_limits import (
 from stallwatch.common.restarter_files import RestarterFiles
 
 KubernetesMode = Literal["evict", "delete", "rollout_restart"]
+# How a pod leaves users' rotation while it is quarantined: its readiness gate condition
+# `stallwatch.io/routable` (pods that list the gate), the label `stallwatch.io/routable`
+# (routers that watch a label selector), or not at all on the Kubernetes side.
+QuarantineMode = Literal["readiness_gate", "label", "off"]
+QUARANTINE_MODES: tuple[QuarantineMode, ...] = ("readiness_gate", "label", "off")
 KUBERNETES_MODES: tuple[KubernetesMode, ...] = ("evict", "delete", "rollout_restart")
 KUBERNETES_ACTION_KEYS = ("kind", "mode", "namespace", "pod", "grace_period")
 _RULE_KEYS = (
@@ -41,7 +46,7 @@ _RULE_KEYS = (
     "action_timeout",
     "restart_after",
 )
-_KUBERNETES_KEYS = ("kubeconfig", "context", "lease", "events")
+_KUBERNETES_KEYS = ("kubeconfig", "context", "lease", "events", "quarantine_mode")
 # Names the API would refuse anyway; checked here so a typo fails at load, not at restart.
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
@@ -110,6 +115,7 @@ class KubernetesSettings:
     lease: LeaseSettings | None = None
     events: bool = True
     event_namespace_fallback: str = "default"
+    quarantine_mode: QuarantineMode = "readiness_gate"
 
 
 def kubernetes_action_from(section: Section, *, fixed: bool) -> KubernetesAction:
@@ -247,4 +253,7 @@ def _kubernetes(section: Section, files: RestarterFiles) -> KubernetesSettings:
         context=section.optional_string("context"),
         lease=lease_settings,
         events=section.boolean("events", True),
+        quarantine_mode=section.choice(  # type: ignore[arg-type]
+            "quarantine_mode", "readiness_gate", QUARANTINE_MODES
+        ),
     )

@@ -613,3 +613,82 @@ def window_alert(window: RestartWindow) -> Alert:
         fingerprint=fingerprint,
         starts_at=starts_at,
     )
+
+
+# The journal's window rows, folded back into the windows open and the alerts waiting for
+# them: a restarted restarter goes on with the silence it was timing.
+WindowKind = Literal["opened", "closed"]
+WINDOW_KINDS: tuple[WindowKind, ...] = ("opened", "closed")
+
+
+@dataclass(frozen=True)
+class WindowEvent:
+    """One window row of the journal: a target's window opened (for an alert episode) or closed."""
+
+    kind: WindowKind
+    target: str
+    alert: str  # the episode, as `alert_key` writes it
+    alertname: str
+    time: float
+    restart_after: float = 0.0
+
+
+def restored_memory(
+    memory: AlertMemory, events: tuple[WindowEvent, ...], config: RestarterConfig, now: float
+) -> AlertMemory:
+    """`memory` with the windows the rows (oldest first) leave open for configured targets, each
+    with its alert waiting for the window's end. A restored window has no first reading: the
+    next confirmation becomes it."""
+    open_windows: dict[str, WindowEvent] = {}
+    for event in events:
+        if event.kind == "opened":
+            open_windows[event.target] = event
+        else:
+            open_windows.pop(event.target, None)
+    for name, event in open_windows.items():
+        if config.target(name) is None:
+            continue
+        window = RestartWindow(
+            event.alert, name, event.time, event.restart_after, None, restored=True
+        )
+        if now > window.due_at + FORGET_WINDOW_AFTER_SECONDS:
+            continue
+        fingerprint, _, starts_at = event.alert.partition("@")
+        alert = Alert(
+            status="firing",
+            labels={"alertname": event.alertname, "target": name},
+            fingerprint=fingerprint,
+            starts_at=starts_at,
+        )
+        memory = memory.with_window(name, window).with_waiting(
+            event.alert, Waiting(alert, "restart_window", now, window.due_at)
+        )
+    return memory
+
+
+def window_change(
+    before: RestartWindow | None, after: RestartWindow | None
+) -> tuple[WindowKind, RestartWindow] | None:
+    """What the journal records of a target's window going from `before` to `after`: a window
+    opened (a new one), closed, or nothing (the same window, a first reading set)."""
+    if after is not None and (before is None or after.opened_at != before.opened_at):
+        return "opened", after
+    if after is None and before is not None:
+        return "closed", before
+    return None
+
+
+def followed_config(memory: AlertMemory, config: RestarterConfig) -> AlertMemory:
+    """The open windows with the `restart_after` a reload set for their targets (longer or
+    shorter), and the alerts waiting for them due at the new ends: what the gauge says is what
+    the window does."""
+    for name, window in memory.windows.items():
+        target = config.target(name)
+        if target is None or target.restart_after == window.restart_after:
+            continue
+        moved = replace(window, restart_after=target.restart_after)
+        memory = memory.with_window(name, moved)
+        for key, waiting in memory.waiting.items():
+            if waiting.reason == "restart_window" and waiting.alert.target == name:
+                memory = memory.with_waiting(key, replace(waiting, until=moved.due_at))
+    return memory

@@ -1,8 +1,8 @@
 """Classify a server from two reads of its own counters: the decision table, as pure code.
 
 No I/O and no clock: readings carry the time they were taken. The only decision that needs
-the network, the idle test request, is returned as `probe_needed` and settled by
-`with_probe_result` once the caller has sent it.
+the network, the idle test request, is returned as `test_request_needed` and settled by
+`with_test_request_result` once the caller has sent it.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ class EngineVerdict:
     reason: str
     progressed: bool = False
     completed: bool = False
-    probe_needed: bool = False
+    test_request_needed: bool = False
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,7 @@ class Verdict:
     tokens_per_second: float | None = None
     progressed: bool = False
     restart_detected: bool = False
-    probe_needed: bool = False
+    test_request_needed: bool = False
     engines: tuple[EngineVerdict, ...] = ()
 
     @property
@@ -280,7 +280,7 @@ def classify_engine(
         unproven = idle_unproven(None, current, inflight)
         if unproven:
             return verdict(State.UNKNOWN, f"no work reported on the first read, but {unproven}")
-        return verdict(State.IDLE, "no work on the first read", probe_needed=True)
+        return verdict(State.IDLE, "no work on the first read", test_request_needed=True)
     moved = _progress_signals(previous, current)
     completed = _moved(previous.requests_completed, current.requests_completed)
     in_flight = not has_work and inflight_work(previous, current, inflight, elapsed)
@@ -298,10 +298,10 @@ def classify_engine(
             work = "work present"
         if moved:
             return verdict(State.BUSY, f"{work}; moved: " + ", ".join(moved), progressed=True)
-        state, reason, probe = _without_progress(previous, current, elapsed, inflight)
+        state, reason, needs_test = _without_progress(previous, current, elapsed, inflight)
         if work != "work present":
             reason = reason.replace("work present", work, 1)
-        return verdict(state, reason, probe_needed=probe)
+        return verdict(state, reason, test_request_needed=needs_test)
     lag = current.profile.work_gauge_lag
     live = [name for name in moved if current.role_of(name) != "requests_completed"]
     if lag and live and not _work_ended(previous, current, inflight):
@@ -319,7 +319,7 @@ def classify_engine(
     if unproven:
         reason = f"no work reported and nothing moved, but {unproven}: no test request"
         return verdict(State.UNKNOWN, reason)
-    return verdict(State.IDLE, "no work and nothing completed", probe_needed=True)
+    return verdict(State.IDLE, "no work and nothing completed", test_request_needed=True)
 
 
 def _rate(previous: Reading, current: Reading, field: str) -> float | None:
@@ -364,7 +364,7 @@ def classify(previous: Reading | None, current: Reading) -> Verdict:
                 State.RESTARTED,
                 reason,
                 restart_detected=True,
-                probe_needed=not has_work and not unproven,
+                test_request_needed=not has_work and not unproven,
                 running=running,
                 waiting=waiting,
             )
@@ -376,9 +376,11 @@ def classify(previous: Reading | None, current: Reading) -> Verdict:
     )
     worst = max(engine_verdicts, key=lambda v: _ENGINE_SEVERITY[v.state])
     any_work = any(v.state in (State.BUSY, State.STALLED, State.UNKNOWN) for v in engine_verdicts)
-    probe_needed = not any_work and any(v.probe_needed for v in engine_verdicts)
-    if probe_needed:
-        stale = [v.reason for v in engine_verdicts if v.probe_needed and v.state == State.IDLE]
+    test_request_needed = not any_work and any(v.test_request_needed for v in engine_verdicts)
+    if test_request_needed:
+        stale = [
+            v.reason for v in engine_verdicts if v.test_request_needed and v.state == State.IDLE
+        ]
         state, reason = State.IDLE, "no work and nothing completed: an idle test request decides"
         if stale and "stale" in stale[0]:
             reason = stale[0]
@@ -393,7 +395,7 @@ def classify(previous: Reading | None, current: Reading) -> Verdict:
         steps_per_second=_rate(rates_from, current, "steps") if rates_from else None,
         tokens_per_second=_rate(rates_from, current, "generation_tokens") if rates_from else None,
         progressed=any(v.progressed for v in engine_verdicts),
-        probe_needed=probe_needed,
+        test_request_needed=test_request_needed,
         engines=engine_verdicts,
         running=running,
         waiting=waiting,
@@ -404,27 +406,29 @@ def held_by_engine_fault_tolerance(verdict: Verdict, faulted: tuple[str, ...]) -
     """A stall or an idle test request the engine's own fault tolerance explains: it holds
     `faulted` engines for its orchestrator's recovery. Unknown, with no test request: not ours
     to test or restart while that recovery may still come."""
-    if not faulted or not (verdict.state == State.STALLED or verdict.probe_needed):
+    if not faulted or not (verdict.state == State.STALLED or verdict.test_request_needed):
         return verdict
     reason = (
         f"the engine's fault tolerance holds {', '.join(faulted)} for its orchestrator's "
         f"recovery; no test request, no restart (was: {verdict.reason})"
     )
-    return replace(verdict, state=State.UNKNOWN, probe_needed=False, reason=reason)
+    return replace(verdict, state=State.UNKNOWN, test_request_needed=False, reason=reason)
 
 
-def with_probe_result(verdict: Verdict, succeeded: bool, detail: str) -> Verdict:
+def with_test_request_result(verdict: Verdict, succeeded: bool, detail: str) -> Verdict:
     """Settle a verdict that waited for an idle test request."""
-    if not verdict.probe_needed:
+    if not verdict.test_request_needed:
         return verdict
     if verdict.state == State.RESTARTED:
         reason = f"{verdict.reason}; test request: {detail}"
-        return replace(verdict, probe_needed=False, reason=reason)
+        return replace(verdict, test_request_needed=False, reason=reason)
     if succeeded:
-        return replace(verdict, state=State.IDLE, probe_needed=False, reason=f"idle: {detail}")
+        return replace(
+            verdict, state=State.IDLE, test_request_needed=False, reason=f"idle: {detail}"
+        )
     return replace(
         verdict,
         state=State.UNRESPONSIVE,
-        probe_needed=False,
+        test_request_needed=False,
         reason=f"no work, nothing completed, and the test request failed: {detail}",
     )

@@ -24,11 +24,11 @@ class PollOutcome:
     reading: Reading | None
     finished_at: float
     duration_seconds: float
-    probes_sent: int = 0
-    probes_failed: int = 0
+    test_requests_sent: int = 0
+    test_requests_failed: int = 0
     error_reason: str | None = None
     # A test request was asked for but not due yet: the verdict leans on an earlier proof.
-    probe_deferred: bool = False
+    test_request_deferred: bool = False
 
     @property
     def started_at(self) -> float:
@@ -51,8 +51,8 @@ class TargetHistory:
     last_poll_duration_seconds: float | None = None
     polls: int = 0
     restarts_detected: int = 0
-    probe_requests: int = 0
-    probe_failures: int = 0
+    test_requests: int = 0
+    test_request_failures: int = 0
     poll_errors: Mapping[str, int] = field(default_factory=lambda: _NO_ERRORS)
     # The current stall: the time of the last read before it (None: not stalled), and how long
     # the reads have shown it so far.
@@ -78,7 +78,9 @@ class TargetHistory:
         if outcome.error_reason is not None:
             errors[outcome.error_reason] = errors.get(outcome.error_reason, 0) + 1
         proven_idle = (
-            verdict.state == State.IDLE and not verdict.probe_needed and not outcome.probe_deferred
+            verdict.state == State.IDLE
+            and not verdict.test_request_needed
+            and not outcome.test_request_deferred
         )
         shows_life = verdict.progressed or proven_idle
         stall_since, stall_seconds = self._stall(outcome)
@@ -96,8 +98,8 @@ class TargetHistory:
             last_poll_duration_seconds=outcome.duration_seconds,
             polls=self.polls + 1,
             restarts_detected=self.restarts_detected + (1 if verdict.restart_detected else 0),
-            probe_requests=self.probe_requests + outcome.probes_sent,
-            probe_failures=self.probe_failures + outcome.probes_failed,
+            test_requests=self.test_requests + outcome.test_requests_sent,
+            test_request_failures=self.test_request_failures + outcome.test_requests_failed,
             poll_errors=MappingProxyType(errors),
             stall_since=stall_since,
             stall_seconds=stall_seconds,
@@ -141,7 +143,7 @@ class TargetHistory:
         completion of a test request, seen on the next poll, does not push the next one later.
         """
         verdict = outcome.verdict
-        if outcome.probes_sent > outcome.probes_failed:
+        if outcome.test_requests_sent > outcome.test_requests_failed:
             return outcome.started_at
         if verdict.progressed:
             return self.baseline.taken_at if self.baseline is not None else outcome.started_at

@@ -33,6 +33,16 @@ class PodName:
 
 
 @dataclass(frozen=True)
+class PodCondition:
+    """One entry of a pod's `status.conditions`, as read."""
+
+    type: str
+    status: str
+    reason: str = ""
+    message: str = ""
+
+
+@dataclass(frozen=True)
 class PodFacts:
     """What the restarter needs of a pod object read from the API."""
 
@@ -50,6 +60,20 @@ class PodFacts:
     # metadata.uid: which object this is (a pod recreated under its name has another); Events
     # name it, as `kubectl describe pod` selects them by it.
     uid: str = ""
+    # status.phase, status.conditions and spec.readinessGates' condition types; whether a
+    # deletionTimestamp is set (the pod is Terminating).
+    phase: str = ""
+    conditions: Sequence[PodCondition] = ()
+    readiness_gates: Sequence[str] = ()
+    deleting: bool = False
+
+    def condition(self, kind: str) -> PodCondition | None:
+        """The pod's condition of this type (the first, if a writer appended several)."""
+        return next((c for c in self.conditions if c.type == kind), None)
+
+    def condition_true(self, kind: str) -> bool:
+        found = self.condition(kind)
+        return found is not None and found.status == "True"
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Generator
 from dataclasses import dataclass
-from typing import Literal, TypeVar
+from typing import TypeVar
 
 from stallwatch.common.exporter_config import TargetConfig, TestRequestEndpoint
 from stallwatch.core.classify import (
@@ -25,62 +25,21 @@ from stallwatch.core.classify import (
     down,
     held_by_engine_fault_tolerance,
     hung,
-    with_probe_result,
+    with_test_request_result,
 )
-from stallwatch.core.probe import probe_deferred, probe_due, settle_probe
+from stallwatch.core.idle_test_request import (
+    deferred_verdict,
+    idle_test_request_due,
+    settle_idle_test_request,
+)
 from stallwatch.core.reading import Reading, known_engine
+from stallwatch.core.reads import ModelsAnswer, ReadResult, TestRequestResult
 from stallwatch.engines import AUTO, PROFILES, auto_metrics_path, identify
 
 # Statuses of a server that is up but publishes no metrics (Ollama: 404; llama.cpp without
 # --metrics: 501).
 NO_METRICS_STATUSES = frozenset({404, 501})
 TEST_PATHS: dict[str, str] = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
-
-ErrorReason = Literal["timeout", "connection", "http_status", "too_large", "parse"]
-
-
-# What the driver answers each step with.
-
-
-@dataclass(frozen=True)
-class ReadResult:
-    """A reading, or why there is none."""
-
-    reading: Reading | None
-    error_reason: ErrorReason | None = None
-    detail: str = ""
-    status: int | None = None
-    payload_bytes: int = 0  # the size of the body read
-
-    @property
-    def ok(self) -> bool:
-        return self.reading is not None
-
-
-@dataclass(frozen=True)
-class ModelsAnswer:
-    """What `GET /v1/models` said: its status and the cards' `owned_by`, or why it said nothing.
-
-    `error_reason` is `connection` (not connected within half the timeout, refused, reset) or
-    `timeout` (connected, no answer in time): the server is down or hung, and nothing else is
-    read; `http_status` is a redirect (never followed): the server cannot be read, and is down.
-    Any other answer, whatever its status, is an answer.
-    """
-
-    status: int | None = None
-    owners: tuple[str, ...] = ()
-    listed: bool = False  # 200 with a model list
-    error_reason: Literal["timeout", "connection", "http_status"] | None = None
-    detail: str = ""
-
-
-@dataclass(frozen=True)
-class ProbeResult:
-    """Whether the idle test request answered, and how."""
-
-    succeeded: bool
-    detail: str
-
 
 # The steps.
 
@@ -115,7 +74,7 @@ class AskSleeps:
 
 @dataclass(frozen=True)
 class SendTestRequest:
-    """Send the one `max_tokens: 1` test request; answer: `ProbeResult`."""
+    """Send the one `max_tokens: 1` test request; answer: `TestRequestResult`."""
 
     model: str
     endpoint: TestRequestEndpoint
@@ -131,10 +90,10 @@ class PollResult:
 
     verdict: Verdict
     reading: Reading | None
-    probes_sent: int = 0
-    probes_failed: int = 0
+    test_requests_sent: int = 0
+    test_requests_failed: int = 0
     error_reason: str | None = None
-    probe_deferred: bool = False
+    test_request_deferred: bool = False
 
 
 Plan = Generator[Step, object, PollResult]
@@ -206,8 +165,8 @@ def _asleep(engine_kind: str) -> Generator[Step, object, bool]:
     return answer is True
 
 
-def _send(step: SendTestRequest) -> Generator[Step, object, ProbeResult]:
-    return _expect((yield step), ProbeResult, step)
+def _send(step: SendTestRequest) -> Generator[Step, object, TestRequestResult]:
+    return _expect((yield step), TestRequestResult, step)
 
 
 def poll_plan(
@@ -266,38 +225,41 @@ def poll_plan(
 
     kind = reading.engine_kind or ""
     verdict = classify(baseline, reading)
-    if verdict.state == State.STALLED or verdict.probe_needed:
+    if verdict.state == State.STALLED or verdict.test_request_needed:
         verdict = held_by_engine_fault_tolerance(verdict, (yield from _faulted(kind)))
-    if not verdict.probe_needed:
+    if not verdict.test_request_needed:
         return PollResult(verdict, reading)
     if (yield from _asleep(kind)):
         return PollResult(Verdict(State.SLEEPING, f"{kind} says it sleeps"), reading)
     test_request = target.test_request
     if not test_request.enabled:
         detail = "test request disabled; idle by its counters"
-        return PollResult(with_probe_result(verdict, True, detail), reading)
+        return PollResult(with_test_request_result(verdict, True, detail), reading)
     if not allows_test_request(reading.engine_kind, test_request.endpoint):
         detail = f"{reading.engine_kind} has no safe test request; idle by its counters"
-        return PollResult(with_probe_result(verdict, True, detail), reading)
-    if not probe_due(
+        return PollResult(with_test_request_result(verdict, True, detail), reading)
+    if not idle_test_request_due(
         verdict,
         last_proven_alive_at,
         now,
         min_interval=test_request.min_interval_seconds,
         poll_interval=target.interval_seconds,
     ):
-        held = probe_deferred(
+        held = deferred_verdict(
             verdict, last_proven_alive_at, now, min_interval=test_request.min_interval_seconds
         )
-        return PollResult(held, reading, probe_deferred=True)
+        return PollResult(held, reading, test_request_deferred=True)
     model = test_request.model or (reading.model_names[0] if reading.model_names else "")
     answer = yield from _send(
         SendTestRequest(model, test_request.endpoint, test_request.timeout_seconds)
     )
     reread = None if answer.succeeded else (yield from _read(metrics_url, again=True)).reading
-    settled = settle_probe(
+    settled = settle_idle_test_request(
         verdict, reading, answered=answer.succeeded, detail=answer.detail, reread=reread
     )
     return PollResult(
-        settled.verdict, settled.reading, probes_sent=1, probes_failed=settled.probes_failed
+        settled.verdict,
+        settled.reading,
+        test_requests_sent=1,
+        test_requests_failed=settled.test_requests_failed,
     )

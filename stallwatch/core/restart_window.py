@@ -9,7 +9,8 @@ window's end still shows the stall and nothing moved since the first one. Pure: 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from stallwatch.common.restarter_config import Target
@@ -30,6 +31,8 @@ class RestartWindow:
     """One alert episode's window: opened at the first confirmation of its stall.
 
     `first`: the later reading of that confirmation (None when the server gave none: hung).
+    `restored`: read back from the journal after a restart of the restarter; its first reading
+    is gone, so the next confirmation's reading becomes it (never taken for movement).
     """
 
     alert: str
@@ -37,6 +40,7 @@ class RestartWindow:
     opened_at: float
     restart_after: float
     first: Reading | None = None
+    restored: bool = False
 
     @property
     def due_at(self) -> float:
@@ -62,11 +66,29 @@ def moved_since(first: Reading | None, last: Reading | None) -> str | None:
         return None
     if first is None:
         return "the server answers again" if last.has_engines else None
+    vanished = _vanished_evidence(first, last)
+    if vanished is not None:
+        return vanished
     verdict = classify(first, last)
     if verdict.restart_detected:
         return f"the server restarted ({verdict.reason})"
     if verdict.progressed:
         return verdict.reason
+    return None
+
+
+def _vanished_evidence(first: Reading, last: Reading) -> str | None:
+    """A counter the window's first reading had as a number that the last has no longer (gone,
+    or NaN): the evidence of "nothing moved" vanished, which is no evidence of a stall."""
+    now = last.engine_map()
+    for key, engine in first.engine_map().items():
+        later = now.get(key)
+        for name, value in engine.counters().items():
+            if value is None or math.isnan(value):
+                continue
+            again = None if later is None else later.counters().get(name)
+            if again is None or math.isnan(again):
+                return f"{name} of {key[0]}/{key[1]} vanished or turned NaN: no evidence left"
     return None
 
 
@@ -97,6 +119,15 @@ def judge_window(
             opened,
             f"stall confirmed; restart only if it lasts {restart_after:g} s "
             "(restart_after) with nothing moving",
+        )
+    if window.restored:
+        rebased = replace(window, first=confirmation.reading, restored=False)
+        return WindowJudgement(
+            "wait",
+            rebased,
+            f"window read back from the journal {now - window.opened_at:.0f} s into its "
+            f"{restart_after:g} s; this confirmation is its first look since, and the restart "
+            "waits for one more that shows nothing moved",
         )
     moved = moved_since(window.first, confirmation.reading)
     if moved is not None:

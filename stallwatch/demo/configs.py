@@ -68,11 +68,14 @@ def restarter_config(
     journal: Path,
     servers: Mapping[str, str],
     action_argv: Sequence[str],
+    agent_listen: str,
 ) -> dict[str, Any]:
     """The restarter's config: every server with the same command action (the demo's supervisor).
 
     Cooldown, budget and fleet limits keep their defaults; the confirmation gap and the restart
     window are short, in step with the demo's 1 s polls (a model server keeps the 5 m default).
+    A quarantined server is looked at every second, and HAProxy's agent-check asks the
+    restarter on `agent_listen`.
     """
     return {
         "listen": listen,
@@ -81,6 +84,7 @@ def restarter_config(
         "restart_alerts": list(RESTART_ALERTS),
         "confirm": {"gap": "1s", "timeout": "1s"},
         "restart_after": DEMO_RESTART_AFTER,
+        "quarantine": {"agent_listen": agent_listen, "check_interval": "1s"},
         "targets": [
             {
                 "name": name,

@@ -39,7 +39,7 @@ class TargetView:
     state: str | None = None
     state_polls: int = 0
     polls: int = 0
-    probes: int = 0
+    test_requests: int = 0
     up: bool = False
     running: float | None = None
     waiting: float | None = None
@@ -54,7 +54,7 @@ def parse_exporter_metrics(text: str) -> dict[str, TargetView]:
     scalar: dict[str, tuple[str, Callable[[float], Any]]] = {
         "stallwatch_target_state_polls": ("state_polls", int),
         "stallwatch_polls_total": ("polls", int),
-        "stallwatch_test_requests_total": ("probes", int),
+        "stallwatch_test_requests_total": ("test_requests", int),
         "stallwatch_target_up": ("up", lambda v: v == 1),
         "stallwatch_requests_running": ("running", float),
         "stallwatch_requests_waiting": ("waiting", float),
@@ -77,7 +77,7 @@ def parse_exporter_metrics(text: str) -> dict[str, TargetView]:
     return {target: TargetView(**values) for target, values in fields.items()}
 
 
-def probes_while_busy(previous: TargetView, current: TargetView) -> tuple[int, int]:
+def requests_sent_while_busy(previous: TargetView, current: TargetView) -> tuple[int, int]:
     """(test requests sent, of which while the target had work) between two exporter reads.
 
     The exporter sends a test request only in a poll whose result is idle or unresponsive, so a
@@ -86,7 +86,7 @@ def probes_while_busy(previous: TargetView, current: TargetView) -> tuple[int, i
     while busy only if both reads show work (then every poll in between did too: a server
     leaving work is first read idle from its completions, which sends nothing).
     """
-    sent = max(0, current.probes - previous.probes)
+    sent = max(0, current.test_requests - previous.test_requests)
     if sent == 0:
         return 0, 0
     polls = current.polls - previous.polls
@@ -146,7 +146,7 @@ class Observer:
             polls = f" for {view.state_polls} polls" if view is not None else ""
             parts.append(
                 f"{name} {tally.state}{polls}, {tally.test_requests} test requests "
-                f"({tally.test_requests_while_busy} while busy)"
+                f"({tally.requests_sent_while_busy} while busy)"
             )
         self.timeline.emit("status", "; ".join(parts))
 
@@ -216,9 +216,9 @@ class Observer:
             if tally.state == "busy":
                 tally.busy_seconds += now - self.last_sample
             if previous is not None:
-                sent, while_busy = probes_while_busy(previous, view)
+                sent, while_busy = requests_sent_while_busy(previous, view)
                 tally.test_requests += sent
-                tally.test_requests_while_busy += while_busy
+                tally.requests_sent_while_busy += while_busy
                 if while_busy:
                     self.timeline.emit(
                         name,

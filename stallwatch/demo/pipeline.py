@@ -1,7 +1,8 @@
 """Starts every process of the demo on loopback, waits until the pipeline is live, stops them all.
 
-The simulators (through the supervisor), the proxy, the exporter, the restarter, Prometheus and
-Alertmanager; their configs and logs go to a temporary directory removed at the end.
+The simulators (through the supervisor), the proxy, the exporter, the restarter, HAProxy in front
+of the simulators (its agent-check asking the restarter), Prometheus and Alertmanager; their
+configs and logs go to a temporary directory removed at the end.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from stallwatch.demo.observer import Observer
 from stallwatch.demo.supervisor import STOP_TIMEOUT_SECONDS, Supervisor, restart_helper_argv
 from stallwatch.demo.timeline import Timeline
 from stallwatch.localstack.errors import LocalStackError
+from stallwatch.localstack.haproxy import HAProxy
 from stallwatch.localstack.processes import ManagedProcess, free_port, wait_until_ready
 from stallwatch.localstack.rewrite import ProjectFiles, ScrapeTargets, Webhook
 from stallwatch.localstack.stack import LocalStack
@@ -42,6 +44,7 @@ class Pipeline:
         self.processes: list[ManagedProcess] = []
         self.supervisor = Supervisor(self.workdir, timeline, secrets.token_hex(16))
         self.stack: LocalStack | None = None
+        self.haproxy: HAProxy | None = None  # in front of the simulators, for users
 
     def server_url(self, name: str) -> str:
         return self.supervisor.servers[name].url
@@ -56,12 +59,13 @@ class Pipeline:
         timeline.emit(
             "story",
             "starting two simulated vLLM servers, a proxy, the exporter, "
-            "the restarter, Prometheus and Alertmanager",
+            "the restarter, HAProxy, Prometheus and Alertmanager",
             "story",
         )
         servers = [self.supervisor.spawn_server(name, free_port()) for name in SERVERS]
         server_urls = {server.name: server.url for server in servers}
         proxy_port, exporter_port, restarter_port = free_port(), free_port(), free_port()
+        agent_port = free_port()
         proxy_url = f"http://127.0.0.1:{proxy_port}"
         proxy = self._spawn(
             "proxy",
@@ -92,6 +96,7 @@ class Pipeline:
                     self.workdir / "restarter-journal.sqlite",
                     server_urls,
                     restart_helper_argv(self.supervisor.url, supervisor_token),
+                    f"127.0.0.1:{agent_port}",
                 ),
                 sort_keys=False,
             )
@@ -110,6 +115,13 @@ class Pipeline:
             project=project,
         )
         stack = self.stack
+        haproxy = HAProxy(
+            self.workdir,
+            [(name, url.removeprefix("http://")) for name, url in server_urls.items()],
+            agent_port,
+        )
+        self.haproxy = haproxy
+        self.processes.append(haproxy.process)
 
         def start_and_wait() -> None:
             for server in servers:
@@ -117,6 +129,7 @@ class Pipeline:
             wait_until_ready(proxy, f"{proxy_url}/v1/models")
             wait_until_ready(exporter, f"{exporter_url}/-/healthy")
             wait_until_ready(restarter, f"{restarter_url}/-/healthy")
+            haproxy.start()
             stack.start()
 
         await asyncio.to_thread(start_and_wait)
@@ -128,6 +141,8 @@ class Pipeline:
             f"  restarter     {restarter_url}/metrics   (journal: GET /journal with the token)",
             f"  gpu-a {server_urls['gpu-a']}   gpu-b {server_urls['gpu-b']}   "
             f"gateway (proxy) {proxy_url}",
+            f"  HAProxy       {haproxy.url}   (users; its agent-check asks the restarter on "
+            f"127.0.0.1:{agent_port})",
             "",
         ):
             timeline.say(line)
@@ -149,6 +164,11 @@ class Pipeline:
             15,
             "the exporter's first polls",
         )
+
+        def haproxy_up() -> bool:
+            return all(row["status"] == "UP" for row in haproxy.servers().values())
+
+        await until(lambda: asyncio.to_thread(haproxy_up), 15, "HAProxy's servers UP")
         timeline.emit(
             "story",
             "everything is up; Prometheus scrapes the exporter and the restarter every second",

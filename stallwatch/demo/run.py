@@ -23,7 +23,7 @@ from stallwatch.demo.errors import DemoError, DemoInterrupted
 from stallwatch.demo.observer import Observer
 from stallwatch.demo.pipeline import Pipeline
 from stallwatch.demo.script import FULL_SCRIPT, Script, Story
-from stallwatch.demo.summary import format_summary_table, story_problems
+from stallwatch.demo.summary import format_summary_table, rotation_problems, story_problems
 from stallwatch.demo.timeline import Timeline
 from stallwatch.localstack.errors import LocalStackError
 
@@ -123,9 +123,11 @@ class Demo:
                 tally.false_restarts = max(tally.false_restarts, restarted_by_supervisor)
         tallies = observer.tallies
         problems = ([self.failure] if self.failure else []) + story_problems(tallies, HUNG_TARGET)
-        ok = not problems
         story = self.story
-        batch, traffic = story.batch, story.traffic
+        batch, traffic, users, rotation = story.batch, story.traffic, story.users, story.rotation
+        if users is not None and rotation.hung_at is not None:
+            problems += rotation_problems(rotation)
+        ok = not problems
         summary = {
             "version": __version__,
             "script": self.script.name,
@@ -136,6 +138,8 @@ class Demo:
             "targets": {name: tally.as_json() for name, tally in tallies.items()},
             "batch_job": batch.as_json() if batch is not None else None,
             "user_traffic": traffic.as_json() if traffic is not None else None,
+            "haproxy_users": users.as_json() if users is not None else None,
+            "haproxy_rotation": rotation.as_json(),
             "old_watchdog_request": story.old_watchdog,
             "long_prompt": story.long_prompt,
             "compile": story.compile,
@@ -157,6 +161,21 @@ class Demo:
                 f"  user traffic on {HUNG_TARGET}: {traffic.completed} requests done, "
                 f"{traffic.failed_total} failed (in flight on the hung process when it was "
                 f"replaced), {traffic.refused} refused while the new process started"
+            )
+        if users is not None and rotation.out_at is not None and rotation.hung_at is not None:
+            out = rotation.out_at - rotation.hung_at
+            back = (
+                f"{rotation.back_at - rotation.out_at:.0f} s"
+                if rotation.back_at is not None
+                else "until the end"
+            )
+            say(
+                f"  users through HAProxy: {HUNG_TARGET} got {rotation.sent_at_hang} of their "
+                f"requests before its hang, {rotation.hang_to_out} from the hang until it left "
+                f"rotation {out:.1f} s later (lost with the hung process), "
+                f"{rotation.while_out} while out of rotation ({back}), "
+                f"{rotation.after_back} after it came back; {users.completed} answered, "
+                f"{users.failed_total} given up"
             )
         say(f"  old-style test request to {BATCH_TARGET}: {story.old_watchdog}")
         say(f"  compile on {BATCH_TARGET}: {story.compile}")

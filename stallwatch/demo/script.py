@@ -5,7 +5,9 @@
 2. gpu-a falls silent mid-batch (a JIT compile) and goes on by itself: people are told, the
    restarter waits out its restart window and restarts nothing;
 3. a long prompt on gpu-b: a chunked prefill with a flat step count, read `busy`, never stuck;
-4. gpu-b really hangs while serving traffic and is restarted once, through the whole pipeline.
+4. gpu-b really hangs while serving traffic and is restarted once, through the whole pipeline;
+   users who reach the servers through HAProxy move off gpu-b as soon as the restarter has
+   confirmed the stall (its agent-check answers `down`), and back once the new process serves.
 """
 
 from __future__ import annotations
@@ -28,8 +30,10 @@ from stallwatch.demo.configs import (
 )
 from stallwatch.demo.observer import WORK_STATES, Observer
 from stallwatch.demo.pipeline import Pipeline, until
+from stallwatch.demo.summary import RotationTally
 from stallwatch.demo.timeline import Timeline
 from stallwatch.demo.traffic import KeepBusy
+from stallwatch.localstack.haproxy import HAProxy
 
 OLD_WATCHDOG_TIMEOUT_SECONDS = 3.0
 OLD_WATCHDOG_USER_AGENT = "old-watchdog/1.0"
@@ -53,6 +57,11 @@ class Script:
     # How long gpu-a's engine is silent in act 2: longer than two polls (the alert), shorter
     # than the demo's restart window (DEMO_RESTART_AFTER).
     compile_seconds: float = 6.0
+    # Users through HAProxy in act 4: requests at a time, their size, and how long a user
+    # waits for an answer before giving up and asking again.
+    users_concurrency: int = 2
+    users_max_tokens: int = 8
+    users_timeout_seconds: float = 5.0
 
 
 FULL_SCRIPT = Script(
@@ -97,6 +106,9 @@ class Story:
         self.tasks = tasks  # the demo cancels these at the end
         self.batch: KeepBusy | None = None
         self.traffic: KeepBusy | None = None
+        self.users: KeepBusy | None = None  # through HAProxy
+        self.rotation = RotationTally(HUNG_TARGET)
+        self._batch_counted = False
         self.old_watchdog = ""
         self.long_prompt = ""
         self.compile = ""
@@ -317,17 +329,40 @@ class Story:
             user_agent="user-traffic/1.0",
         )
         self.traffic.start()
+        await self._end_batch(observer)
+        haproxy = self.pipeline.haproxy
+        assert haproxy is not None  # started with the pipeline
+        self.users = KeepBusy(
+            session,
+            haproxy.url,
+            concurrency=script.users_concurrency,
+            prompt_tokens=16,
+            max_tokens=script.users_max_tokens,
+            user_agent="haproxy-users/1.0",
+            timeout=script.users_timeout_seconds,
+        )
+        self.users.start()
+        timeline.emit(
+            "story",
+            f"users reach both servers through HAProxy ({script.users_concurrency} at a time, "
+            f"giving up after {script.users_timeout_seconds:g} s)",
+            "story",
+        )
         await self._wait_sim_work(session, name, script.traffic_concurrency)
         await observer.wait_for(lambda: observer.state_of(name) == "busy", 15, f"{name} busy")
         window_start = await self._sim_test_requests(session, name)
         await asyncio.sleep(script.traffic_before_hang_seconds)
         window_end = await self._sim_test_requests(session, name)
         tally.sim_test_requests_while_busy += max(0, window_end - window_start)
+        rotation = self.rotation
+        rotation.sent_at_hang = await _sent_to(haproxy, name)
         async with session.post(
             f"{self.pipeline.server_url(name)}/sim/fault", json={"fault": "hang"}
         ) as response:
             response.raise_for_status()
-        tally.hung_at = time.monotonic()
+        tally.hung_at = rotation.hung_at = time.monotonic()
+        follow = asyncio.create_task(self._follow_rotation(haproxy, name))
+        self.tasks.append(follow)
         timeline.emit(
             "story",
             f"{name}'s engine core hangs with {script.traffic_concurrency} requests in flight "
@@ -349,13 +384,69 @@ class Story:
             lambda: observer.state_of(name) == "busy", 20, f"{name} serving again"
         )
         timeline.emit("story", f"{name} serves its users again", "good")
+        try:
+            await asyncio.wait_for(asyncio.shield(follow), script.recovery_timeout_seconds)
+        except TimeoutError:
+            timeline.emit("problem", f"{name} did not come back into HAProxy's rotation", "problem")
         await asyncio.sleep(script.after_recovery_seconds)
+        rotation.sent_at_end = await _sent_to(haproxy, name)
 
-    async def _wind_down(self, observer: Observer) -> None:
+    async def _follow_rotation(self, haproxy: HAProxy, name: str) -> None:
+        """Watch HAProxy from the hang: when it takes `name` out (the agent's `down`), what it
+        sends it while out, and when it puts it back."""
+        rotation, timeline = self.rotation, self.timeline
+        while True:
+            try:
+                row = (await asyncio.to_thread(haproxy.servers))[name]
+            except (OSError, KeyError):  # a look that failed: the next one tells
+                await asyncio.sleep(0.1)
+                continue
+            status, sent = row["status"], int(row["stot"])
+            now = time.monotonic()
+            if rotation.out_at is None:
+                if status == "DOWN (agent)":
+                    rotation.out_at, rotation.sent_at_out = now, sent
+                    rotation.sent_last_out = sent
+                    timeline.emit(
+                        "haproxy",
+                        f"{name} out of rotation {now - (rotation.hung_at or now):.1f} s after "
+                        f"the hang ({row['last_agt']}); users go to the other server",
+                        "good",
+                    )
+            elif status == "UP":
+                rotation.back_at = now
+                timeline.emit(
+                    "haproxy",
+                    f"{name} back in rotation after {now - rotation.out_at:.1f} s out; "
+                    f"HAProxy sent it {rotation.while_out} requests meanwhile",
+                    "good",
+                )
+                return
+            else:
+                rotation.sent_last_out = sent
+            await asyncio.sleep(0.1)
+
+    async def _end_batch(self, observer: Observer) -> None:
+        """The batch job ends (its clients stop; requests in flight are aborted): the test
+        requests gpu-a got while it was busy are counted up to here."""
+        if self._batch_counted:
+            return
+        self._batch_counted = True
         batch_end = await self._sim_test_requests(observer.session, BATCH_TARGET)
         observer.tallies[BATCH_TARGET].sim_test_requests_while_busy += max(
             0, batch_end - self.batch_window_start
         )
+        if self.batch is not None:
+            await self.batch.stop()
+            self.timeline.emit(
+                "story",
+                f"the batch job on {BATCH_TARGET} ends ({self.batch.sent} long requests, "
+                f"{self.batch.failed_total} failed)",
+                "story",
+            )
+
+    async def _wind_down(self, observer: Observer) -> None:
+        await self._end_batch(observer)
         await asyncio.sleep(self.script.wind_down_seconds)
         await observer.sample()
         await self.stop_clients()
@@ -363,6 +454,11 @@ class Story:
 
     async def stop_clients(self) -> None:
         """Stop the batch job and the user traffic (requests in flight are abandoned)."""
-        for client in (self.batch, self.traffic):
+        for client in (self.batch, self.traffic, self.users):
             if client is not None:
                 await client.stop()
+
+
+async def _sent_to(haproxy: HAProxy, name: str) -> int:
+    """Requests HAProxy has sent `name` so far (its `stot`)."""
+    return int((await asyncio.to_thread(haproxy.servers))[name]["stot"])

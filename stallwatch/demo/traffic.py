@@ -11,7 +11,7 @@ from stallwatch.demo.configs import MODEL
 
 
 class KeepBusy:
-    """`concurrency` long completions (`ignore_eos`) in flight against one server until `stop()`.
+    """`concurrency` completions (`ignore_eos`) in flight against one URL until `stop()`.
 
     Plays a batch job or user traffic, and counts what happened to its requests: a false
     restart would show here as failures.
@@ -26,6 +26,7 @@ class KeepBusy:
         prompt_tokens: int,
         max_tokens: int,
         user_agent: str,
+        timeout: float = 600.0,
     ) -> None:
         self.session = session
         self.url = url
@@ -37,6 +38,7 @@ class KeepBusy:
             "ignore_eos": True,
         }
         self.user_agent = user_agent
+        self.timeout = timeout
         self.sent = 0
         self.completed = 0
         self.failed: dict[str, int] = {}  # reached the server, then failed
@@ -73,7 +75,7 @@ class KeepBusy:
                     f"{self.url}/v1/completions",
                     json=self.payload,
                     headers={"User-Agent": self.user_agent},
-                    timeout=aiohttp.ClientTimeout(total=600),
+                    timeout=aiohttp.ClientTimeout(total=self.timeout),
                 ) as response:
                     await response.read()
                     if response.status == 200:

@@ -65,7 +65,9 @@ class CheckResult:
             "tokens_per_second": verdict.tokens_per_second if verdict else None,
             "engine": engine_of(self.history),
             "restart_detected": self.history.restarts_detected > 0,
-            "probe_requests_sent": self.history.probe_requests,
+            "test_requests_sent": self.history.test_requests,
+            # The key before 0.2, kept until 0.3.
+            "probe_requests_sent": self.history.test_requests,
             "polls": self.history.polls,
             "exit_code": self.exit_code,
         }
@@ -143,23 +145,38 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     )
     parser.add_argument("--json", action="store_true", help="print the verdict as JSON")
     parser.add_argument(
-        "--no-probe",
+        "--no-test-request",
         action="store_true",
         help="never send a test request, even to an idle server",
     )
-    parser.add_argument("--probe-model", default=None, help="model for the test request")
+    parser.add_argument("--test-request-model", default=None, help="model for the test request")
     parser.add_argument(
-        "--probe-endpoint",
+        "--test-request-endpoint",
         default="completions",
         choices=("completions", "chat"),
         help="endpoint of the test request (default completions)",
     )
     parser.add_argument(
-        "--probe-timeout",
+        "--test-request-timeout",
         type=positive_duration,
         default=10.0,
         help="timeout of the test request (default 10s)",
     )
+    # The spellings before 0.2 ("probe" is /probe's word): still read, with a warning, until 0.3.
+    for old_flag, new_flag, extra in (
+        ("--no-probe", "--no-test-request", {"nargs": 0}),
+        ("--probe-model", "--test-request-model", {}),
+        ("--probe-endpoint", "--test-request-endpoint", {"choices": ("completions", "chat")}),
+        ("--probe-timeout", "--test-request-timeout", {"type": positive_duration}),
+    ):
+        parser.add_argument(
+            old_flag,
+            dest=new_flag.removeprefix("--").replace("-", "_"),
+            action=_OldSpelling,
+            new_flag=new_flag,
+            help=argparse.SUPPRESS,
+            **extra,
+        )
     parser.add_argument(
         "--kind",
         default=AUTO,
@@ -172,6 +189,28 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     parser.set_defaults(handler=run)
 
 
+class _OldSpelling(argparse.Action):
+    """A flag's spelling before 0.2: it sets the new flag's value and says so on stderr."""
+
+    def __init__(self, option_strings: list[str], dest: str, *, new_flag: str, **kwargs: Any):
+        self.new_flag = new_flag
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        print(
+            f"stallwatch check: warning: {option_string} is deprecated (removed in 0.3): "
+            f"use {self.new_flag}",
+            file=sys.stderr,
+        )
+        setattr(namespace, self.dest, True if self.nargs == 0 else values)
+
+
 def run(args: argparse.Namespace) -> int:
     problem = check_url(args.url) or metrics_in_base_url(args.url)
     if problem:
@@ -180,7 +219,7 @@ def run(args: argparse.Namespace) -> int:
     for flag, seconds, minimum in (
         ("--interval", args.interval, MIN_INTERVAL_SECONDS),
         ("--timeout", args.timeout, MIN_INTERVAL_SECONDS),
-        ("--probe-timeout", args.probe_timeout, MIN_TEST_REQUEST_TIMEOUT_SECONDS),
+        ("--test-request-timeout", args.test_request_timeout, MIN_TEST_REQUEST_TIMEOUT_SECONDS),
     ):
         if seconds < minimum:
             print(
@@ -196,10 +235,10 @@ def run(args: argparse.Namespace) -> int:
         interval_seconds=args.interval,
         timeout_seconds=min(args.timeout, args.interval),
         test_request=IdleTestRequestConfig(
-            enabled=not args.no_probe,
-            model=args.probe_model,
-            endpoint=cast(TestRequestEndpoint, args.probe_endpoint),
-            timeout_seconds=args.probe_timeout,
+            enabled=not args.no_test_request,
+            model=args.test_request_model,
+            endpoint=cast(TestRequestEndpoint, args.test_request_endpoint),
+            timeout_seconds=args.test_request_timeout,
         ),
     )
     result = asyncio.run(run_check(target))
@@ -213,7 +252,7 @@ def run(args: argparse.Namespace) -> int:
             f"running={report['running']} waiting={report['waiting']} "
             f"steps/s={report['steps_per_second']} tokens/s={report['tokens_per_second']} "
             f"restart_detected={report['restart_detected']} "
-            f"test_requests_sent={report['probe_requests_sent']}"
+            f"test_requests_sent={report['test_requests_sent']}"
         )
     sys.stdout.flush()
     return result.exit_code

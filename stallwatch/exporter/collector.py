@@ -210,8 +210,8 @@ class TargetCollector(Collector):
                 (test_requests, test_request_failures),
                 (old_test_requests, old_test_request_failures),
             ):
-                sent.add_metric([target.name, *values], history.probe_requests)
-                failed.add_metric([target.name, *values], history.probe_failures)
+                sent.add_metric([target.name, *values], history.test_requests)
+                failed.add_metric([target.name, *values], history.test_request_failures)
             polls.add_metric([target.name, *values], history.polls)
             stall.add_metric([target.name, *values], history.stall_seconds)
             recovered.add_metric([target.name, *values], history.recovered_stalls)

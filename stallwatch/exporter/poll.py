@@ -18,19 +18,21 @@ from stallwatch.core.poll_plan import (
     Plan,
     PollResult,
     ReadMetrics,
-    ReadResult,
     SendTestRequest,
     Step,
     advance,
     poll_plan,
 )
 from stallwatch.core.reading import Reading
+from stallwatch.core.reads import (
+    ReadResult,
+)
 from stallwatch.net.fetch import (
     ask_models,
     engine_faults,
     engine_sleeps,
     read_metrics,
-    send_probe,
+    send_test_request,
 )
 from stallwatch.net.offload import run_sized
 
@@ -51,9 +53,9 @@ async def perform(
             return await engine_faults(session, target.url, kind, timeout=timeout)
         case AskSleeps(engine_kind=kind):
             return await engine_sleeps(session, target.url, kind, timeout=timeout)
-        case SendTestRequest(model=model, endpoint=endpoint, timeout_seconds=probe_timeout):
-            return await send_probe(
-                session, target.url, model=model, endpoint=endpoint, timeout=probe_timeout
+        case SendTestRequest(model=model, endpoint=endpoint, timeout_seconds=test_request_timeout):
+            return await send_test_request(
+                session, target.url, model=model, endpoint=endpoint, timeout=test_request_timeout
             )
         case _:
             assert_never(step)
@@ -101,10 +103,10 @@ def outcome_of(result: PollResult, started: float) -> PollOutcome:
         reading=result.reading,
         finished_at=time.time(),
         duration_seconds=time.monotonic() - started,
-        probes_sent=result.probes_sent,
-        probes_failed=result.probes_failed,
+        test_requests_sent=result.test_requests_sent,
+        test_requests_failed=result.test_requests_failed,
         error_reason=result.error_reason,
-        probe_deferred=result.probe_deferred,
+        test_request_deferred=result.test_request_deferred,
     )
 
 

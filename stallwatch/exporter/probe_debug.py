@@ -21,15 +21,17 @@ from stallwatch.core.poll_plan import (
     AskFaults,
     AskModels,
     AskSleeps,
-    ModelsAnswer,
     ReadMetrics,
-    ReadResult,
     SendTestRequest,
     Step,
     poll_plan,
 )
 from stallwatch.core.probe_schedule import ReadBudget
 from stallwatch.core.reading import EngineSample, Reading
+from stallwatch.core.reads import (
+    ModelsAnswer,
+    ReadResult,
+)
 from stallwatch.exporter.poll import drive, outcome_of
 
 

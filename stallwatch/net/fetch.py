@@ -22,12 +22,14 @@ from stallwatch import USER_AGENT
 from stallwatch.common.exporter_config import TestRequestEndpoint
 from stallwatch.core.poll_plan import (
     TEST_PATHS,
-    ModelsAnswer,
-    ProbeResult,
-    ReadResult,
     join_url,
 )
 from stallwatch.core.reading import Reading, parse_reading, with_start_marker
+from stallwatch.core.reads import (
+    ModelsAnswer,
+    ReadResult,
+    TestRequestResult,
+)
 from stallwatch.engines import AUTO, PROFILES, model_owners
 from stallwatch.engines.llamacpp import START_HEADER
 from stallwatch.engines.profile import faulted_engines
@@ -161,7 +163,7 @@ async def ask_models(
     )
 
 
-def probe_request(
+def idle_request_body(
     model: str, endpoint: Literal["completions", "chat"]
 ) -> tuple[str, dict[str, Any]]:
     """The path and JSON body of the smallest request that proves the engine answers.
@@ -240,16 +242,16 @@ async def engine_faults(
     return faulted_engines(check, document)
 
 
-async def send_probe(
+async def send_test_request(
     session: aiohttp.ClientSession,
     base_url: str,
     *,
     model: str,
     endpoint: TestRequestEndpoint,
     timeout: float,
-) -> ProbeResult:
+) -> TestRequestResult:
     """Send one `max_tokens: 1` request. Only ever called for a server with no work."""
-    path, body = probe_request(model, endpoint)
+    path, body = idle_request_body(model, endpoint)
     started = time.monotonic()
     try:
         async with session.post(
@@ -263,14 +265,14 @@ async def send_probe(
             answer = await _read_body(response, 1024 * 1024)
             status = response.status
     except TimeoutError:
-        return ProbeResult(False, f"no answer within {timeout:g} s")
+        return TestRequestResult(False, f"no answer within {timeout:g} s")
     except aiohttp.ClientError as error:
-        return ProbeResult(False, f"{type(error).__name__}: {error}")
+        return TestRequestResult(False, f"{type(error).__name__}: {error}")
     elapsed = time.monotonic() - started
     if redirect is not None:
-        return ProbeResult(False, redirect)
+        return TestRequestResult(False, redirect)
     if status != 200:
-        return ProbeResult(False, f"HTTP {status}")
+        return TestRequestResult(False, f"HTTP {status}")
     if answer is None or b'"choices"' not in answer:
-        return ProbeResult(False, "answer without choices")
-    return ProbeResult(True, f"answered in {elapsed:.2f} s")
+        return TestRequestResult(False, "answer without choices")
+    return TestRequestResult(True, f"answered in {elapsed:.2f} s")

@@ -77,8 +77,8 @@ class ReplayConfig:
     error_pressure: float = 20.0  # restart after ceil(pressure / errors) checks with errors
     # The new way.
     exporter_interval: float = 15.0
-    probe_timeout: float = 10.0
-    probe_min_interval: float = DEFAULT_TEST_REQUEST_MIN_INTERVAL_SECONDS
+    test_request_timeout: float = 10.0
+    test_request_min_interval: float = DEFAULT_TEST_REQUEST_MIN_INTERVAL_SECONDS
     scrape_interval: float = 15.0
     evaluation_interval: float = 15.0
     group_wait: float = 5.0

@@ -263,8 +263,9 @@ def assumptions(config: ReplayConfig) -> list[str]:
         f"ceil({config.error_pressure:g} / errors) checks of {config.error_check_interval:g} s "
         "(sooner as errors grow); none of them checks while the port is closed",
         f"new way: the exporter's real decision code every {config.exporter_interval:g} s "
-        f"(idle test request: 1 token, {config.probe_timeout:g} s timeout, only when a read "
-        f"shows no work and nothing completed, at most one per {config.probe_min_interval:g} s "
+        f"(idle test request: 1 token, {config.test_request_timeout:g} s timeout, only when a "
+        f"read shows no work and nothing completed, at most one per "
+        f"{config.test_request_min_interval:g} s "
         f"while the server answers); stuck = two consecutive stalled polls; Prometheus scrape and "
         f"evaluation every {config.scrape_interval:g} s; Alertmanager group_wait "
         f"{config.group_wait:g} s; the restarter's real policy (cooldown "

@@ -42,17 +42,19 @@ from stallwatch.core.poll_plan import (
     AskFaults,
     AskModels,
     AskSleeps,
-    ModelsAnswer,
     Plan,
     PollResult,
-    ProbeResult,
     ReadMetrics,
-    ReadResult,
     SendTestRequest,
     advance,
     poll_plan,
 )
 from stallwatch.core.reading import Reading
+from stallwatch.core.reads import (
+    ModelsAnswer,
+    ReadResult,
+    TestRequestResult,
+)
 from stallwatch.core.rules import ADMISSION_STALLED_ALERT, DEGRADED_ALERT, restart_alerts
 from stallwatch.replay.clock import Scheduler, rfc3339
 from stallwatch.replay.config import ReplayConfig
@@ -79,7 +81,8 @@ def exporter_target(config: ReplayConfig) -> TargetConfig:
         kind="vllm",
         interval_seconds=config.exporter_interval,
         test_request=IdleTestRequestConfig(
-            timeout_seconds=config.probe_timeout, min_interval_seconds=config.probe_min_interval
+            timeout_seconds=config.test_request_timeout,
+            min_interval_seconds=config.test_request_min_interval,
         ),
     )
 
@@ -192,10 +195,10 @@ class Stallwatch:
                 step.reading,
                 now,
                 now - started,
-                probes_sent=step.probes_sent,
-                probes_failed=step.probes_failed,
+                test_requests_sent=step.test_requests_sent,
+                test_requests_failed=step.test_requests_failed,
                 error_reason=step.error_reason,
-                probe_deferred=step.probe_deferred,
+                test_request_deferred=step.test_request_deferred,
             )
         )
 
@@ -209,14 +212,14 @@ class Stallwatch:
             ok = bool(answered) and answered[0] == 200
             if not ok and request_id is not None:
                 self.server.give_up(request_id)
-            result = ProbeResult(ok, "answered" if ok else "no answer")
+            result = TestRequestResult(ok, "answered" if ok else "no answer")
             self._drive(plan, result, started, later)
 
         if request_id is None:
             settle(now)
         else:
             # The answer comes within one step when the engine works; give it until the timeout.
-            self.scheduler.at(now + self.config.probe_timeout, settle)
+            self.scheduler.at(now + self.config.test_request_timeout, settle)
 
     def _finish_poll(self, outcome: PollOutcome) -> None:
         self.history = self.history.advance(outcome)

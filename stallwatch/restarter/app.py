@@ -1,5 +1,6 @@
 """The restarter's HTTP side and process life: Alertmanager webhook, journal and metrics endpoints,
-and reloading its config (SIGHUP or `POST /-/reload`).
+the routing verdict (`GET /routable`, and the HAProxy agent-check port when configured), and
+reloading its config (SIGHUP or `POST /-/reload`).
 
 Every well-formed payload gets a 200, whatever was decided, so Alertmanager has no reason
 to deliver it again.
@@ -26,7 +27,15 @@ from stallwatch.common.config import ConfigError, parse_duration
 from stallwatch.common.config_files import load_restarter_config
 from stallwatch.common.restarter_config import RestarterConfig
 from stallwatch.core.alerts import PayloadError, parse_notification
+from stallwatch.core.routing_answers import (
+    agent_reply,
+    agent_target,
+    host_target,
+    routable_answer,
+    valid_target_name,
+)
 from stallwatch.net.gate import IDLE_KEEPALIVE_SECONDS, ConnectionGate, RequestsSeen
+from stallwatch.restarter.agent import AgentResponder
 from stallwatch.restarter.auth_failures import AuthFailureLog
 from stallwatch.restarter.confirm import Confirmer, confirm_stall
 from stallwatch.restarter.journal_reader import JournalError, printable
@@ -120,6 +129,10 @@ class ConfigReloader:
         for name, value in kept.items():
             if getattr(loaded, name) != value:
                 log.warning("reload: %s changes take effect on the next start", name)
+        agent_listen = running.quarantine.agent_listen
+        if loaded.quarantine.agent_listen != agent_listen:
+            log.warning("reload: quarantine.agent_listen changes take effect on the next start")
+            kept["quarantine"] = replace(loaded.quarantine, agent_listen=agent_listen)
         self.restarter.apply(replace(loaded, **kept))
         self.successful.set(1)
         self.last_success.set(self.clock())
@@ -128,6 +141,7 @@ class ConfigReloader:
 
 
 RELOADER_KEY = web.AppKey("reloader", ConfigReloader)
+AGENT_KEY = web.AppKey("agent", AgentResponder)
 
 
 async def handle_reload(request: web.Request) -> web.StreamResponse:
@@ -297,6 +311,44 @@ async def handle_metrics(request: web.Request) -> web.StreamResponse:
     )
 
 
+def known_targets(restarter: Restarter) -> set[str]:
+    """The targets the restarter knows now: configured, found by a pod rule, or quarantined."""
+    names = {target.name for target in restarter.config.targets}
+    names.update(restarter.memory.quarantines)
+    if restarter.kube is not None:
+        names.update(restarter.kube.pod_targets)
+    return names
+
+
+def agent_answer(restarter: Restarter) -> Callable[[str], str]:
+    """The agent-check reply to an agent-send line, from the restarter's verdicts."""
+
+    def answer(line: str) -> str:
+        return agent_reply(restarter.verdict(agent_target(line, known_targets(restarter))))
+
+    return answer
+
+
+async def handle_routable(request: web.Request) -> web.StreamResponse:
+    """`GET /routable?target=NAME` (or keyed by the `Host` header without its port, as Envoy's
+    per-endpoint health check sends it): 200 while the target may take users' requests
+    (unknown targets too: fail-open), 503 with the reason while it is out of rotation. One
+    line of text, or JSON with `Accept: application/json`. No token: read-only, like /metrics."""
+    restarter = request.app[RESTARTER_KEY]
+    name = request.query.get("target")
+    if name is None:
+        name = host_target(request.headers.get("Host", ""))
+    if not valid_target_name(name):
+        return _error(400, "target: give a target's name (?target=NAME or the Host header)")
+    answer = routable_answer(
+        restarter.verdict(name), known=name in known_targets(restarter), now=restarter.clock()
+    )
+    headers = {"Cache-Control": "no-store"}
+    if "application/json" in request.headers.get("Accept", ""):
+        return web.json_response(answer.document, status=answer.status, headers=headers)
+    return web.Response(status=answer.status, text=answer.text, headers=headers)
+
+
 async def handle_healthy(request: web.Request) -> web.StreamResponse:
     failure = request.app[RESTARTER_KEY].journal.failure
     if failure is not None:
@@ -357,11 +409,26 @@ def build_app(
     app[CLOCK_KEY] = clock
     restarter = Restarter(config, clock=clock, confirmer=confirmer)
     app[RESTARTER_KEY] = restarter
+    agent_listen = config.quarantine.agent_listen
+    agent = AgentResponder(agent_answer(restarter)) if agent_listen is not None else None
+    if agent is not None:
+        app[AGENT_KEY] = agent
 
     async def start(_: web.Application) -> None:
         await restarter.start()
+        if agent is not None and agent_listen is not None:
+            # After the restarter's start, so that its first answers already know who is out
+            # of rotation (an early `up` would put a quarantined server back).
+            try:
+                await agent.start(agent_listen)
+            except OSError:
+                await restarter.stop()
+                raise
+            log.info("HAProxy agent-check responder listening on %s", agent_listen)
 
     async def stop(_: web.Application) -> None:
+        if agent is not None:
+            await agent.stop()
         await restarter.stop()
 
     app.on_startup.append(start)
@@ -371,6 +438,7 @@ def build_app(
     app.router.add_get("/metrics", handle_metrics)
     app.router.add_get("/-/healthy", handle_healthy)
     app.router.add_get("/-/ready", handle_ready)
+    app.router.add_get("/routable", handle_routable)
     app.router.add_post("/-/pause", handle_pause)
     app.router.add_post("/-/resume", handle_resume)
     app.router.add_post("/-/hold", handle_hold)

@@ -22,6 +22,7 @@ from stallwatch.common.config import ConfigError, parse_duration
 from stallwatch.common.config_files import load_restarter_config as load_config
 from stallwatch.common.restarter_config import RestarterConfig
 from stallwatch.core.holds import hold_refusal
+from stallwatch.core.kube_routing import LabelSelectorConflict
 from stallwatch.net.fetch import read_metrics
 from stallwatch.restarter.journal import Journal
 from stallwatch.restarter.journal_reader import JournalEntry, JournalError, JournalReader, printable
@@ -233,7 +234,7 @@ def run(args: argparse.Namespace) -> int:
             f"stallwatch restarter: cannot open journal {config.journal}: {error}", file=sys.stderr
         )
         return 1
-    except JournalError as error:
+    except (JournalError, LabelSelectorConflict) as error:
         print(f"stallwatch restarter: {error}", file=sys.stderr)
         return 1
     return 0

@@ -18,7 +18,9 @@ from stallwatch.core.confirmation import (
     judge_attempts,
     worth_a_second_read,
 )
-from stallwatch.core.poll_plan import ReadResult
+from stallwatch.core.reads import (
+    ReadResult,
+)
 from stallwatch.net.fetch import read_metrics
 
 

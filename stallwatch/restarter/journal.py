@@ -14,11 +14,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from stallwatch.core.alert_plan import RoutingChange
+from stallwatch.core.alert_plan import RoutingChange, WindowKind
 from stallwatch.core.alerts import Alert
 from stallwatch.core.fleet import CONTROL_KINDS, ControlKind
 from stallwatch.core.holds import HOLD_KINDS, HoldKind
 from stallwatch.core.policy import Decision
+from stallwatch.core.restart_window import RestartWindow
 from stallwatch.restarter.journal_reader import (
     DECISIVE_ROWS,
     SCHEMA_VERSION,
@@ -36,7 +37,7 @@ CREATE TABLE IF NOT EXISTS journal (
     fingerprint TEXT NOT NULL,
     starts_at TEXT NOT NULL,
     decision TEXT NOT NULL,          -- restart | skip | resolved | action_result | control
-                                     -- | load_measured | hold | routing
+                                     -- | load_measured | hold | routing | window
     reason TEXT NOT NULL,            -- skip reason; on action_result rows the result;
                                      -- on control rows breaker_open | paused | resumed;
                                      -- on hold rows hold | hold_released;
@@ -241,6 +242,25 @@ class Journal(JournalReader):
                 "detail": change.detail,
                 "result": change.reason,
                 "duration_seconds": change.out_for if change.move == "released" else None,
+            }
+        )
+
+    def record_window(
+        self, kind: WindowKind, window: RestartWindow, alertname: str, now: float
+    ) -> int:
+        """Write a window row: `window` opened (at its opening time) or closed (now)."""
+        fingerprint, _, starts_at = window.alert.partition("@")
+        return self._insert(
+            {
+                "time": window.opened_at if kind == "opened" else now,
+                "target": window.target,
+                "alertname": alertname,
+                "fingerprint": fingerprint,
+                "starts_at": starts_at,
+                "decision": "window",
+                "reason": kind,
+                "detail": f"restart window of {window.restart_after:g} s",
+                "duration_seconds": window.restart_after,
             }
         )
 

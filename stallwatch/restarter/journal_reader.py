@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
 
+from stallwatch.core.alert_plan import WINDOW_KINDS, WindowEvent
 from stallwatch.core.alerts import Alert
 from stallwatch.core.fleet import CONTROL_KINDS, ControlEvent
 from stallwatch.core.holds import HOLD_KINDS, HoldEvent
@@ -248,6 +249,21 @@ class JournalReader:
             if kind in HOLD_KINDS
         )
         return events, rows[-1][0] if rows else after_id
+
+    def window_events(self, since: float) -> tuple[WindowEvent, ...]:
+        """The window rows written since `since`, oldest first."""
+        with self._guard("read"):
+            rows = self._db.execute(
+                "SELECT reason, target, fingerprint, starts_at, alertname, time, "
+                "duration_seconds FROM journal WHERE decision = 'window' AND time >= ? "
+                "ORDER BY id",
+                (since,),
+            ).fetchall()
+        return tuple(
+            WindowEvent(kind, target, f"{fingerprint}@{starts_at}", alertname, time, duration or 0)
+            for kind, target, fingerprint, starts_at, alertname, time, duration in rows
+            if kind in WINDOW_KINDS
+        )
 
     def routing_events(self, since: float) -> tuple[QuarantineEvent, ...]:
         """The routing rows written since `since`, oldest first: who went out of rotation and

@@ -8,6 +8,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from stallwatch import __version__
 from stallwatch.common.kubernetes_config import KubernetesAction
 from stallwatch.common.restarter_config import RestarterConfig
+from stallwatch.core.kube_routing import ROUTING_RESULTS
 
 RESULTS = ("success", "failure", "timeout")
 # The result of an eviction a PodDisruptionBudget refused (kubernetes actions only).
@@ -77,6 +78,18 @@ class RestarterMetrics:
             ["result"],
             registry=self.registry,
         )
+        self.kube_routing = Counter(
+            "stallwatch_restarter_kubernetes_routing",
+            "Writes of the stallwatch.io/routable gate condition or label on pods, and what the "
+            "restarter found, by result (gate_written, label_written, write_failed, sync_failed, "
+            "ready_diverged: Ready read back disagrees with the gate, publish_not_ready_service: "
+            "a Service that keeps pods out of rotation listed, label_conflict).",
+            ["result"],
+            registry=self.registry,
+        )
+        if config.kubernetes is not None:
+            for result in ROUTING_RESULTS:
+                self.kube_routing.labels(result=result)
         self.lease_holder = Gauge(
             "stallwatch_restarter_lease_holder",
             "1 while this replica holds the Lease and acts; 0 while it stands by.",
@@ -149,6 +162,13 @@ class RestarterMetrics:
             "1 while the target is in users' rotation, 0 while the restarter has taken it out "
             "(a confirmed stall, or a restart it has not yet shown it recovered from).",
             ["target"],
+            registry=self.registry,
+        )
+        self.routing = Gauge(
+            "stallwatch_restarter_routing",
+            "The routing verdict as a state set: 1 for the current reason (in_rotation, "
+            "stalled, hung, restarting), 0 for the others.",
+            ["target", "reason"],
             registry=self.registry,
         )
         self.quarantine_seconds = Gauge(

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Protocol
 from stallwatch.common.restarter_config import RestarterConfig, Target
 from stallwatch.core.alert_plan import AlertMemory, AlertOutcome, RoutingChange
 from stallwatch.core.alerts import Alert, Notification
-from stallwatch.core.quarantine import ReleaseReason, folded_quarantines
+from stallwatch.core.quarantine import ROUTING_REASONS, ReleaseReason, folded_quarantines
 from stallwatch.core.restart_window import RestartWindow
 from stallwatch.restarter.journal import Journal
 from stallwatch.restarter.journal_reader import JournalError, printable
@@ -161,9 +161,15 @@ class Rotation:
             for gauge in (metrics.routable, metrics.quarantine_seconds):
                 with contextlib.suppress(KeyError):
                     gauge.remove(name)
+            for reason in ROUTING_REASONS:
+                with contextlib.suppress(KeyError):
+                    metrics.routing.remove(name, reason)
         for name in names:
             quarantine = owner.memory.quarantines.get(name)
             metrics.routable.labels(target=name).set(0 if quarantine else 1)
+            current = "in_rotation" if quarantine is None else quarantine.reason
+            for reason in ROUTING_REASONS:
+                metrics.routing.labels(target=name, reason=reason).set(reason == current)
             seconds = 0.0 if quarantine is None else quarantine.out_for(now)
             metrics.quarantine_seconds.labels(target=name).set(seconds)
         self._shown = names

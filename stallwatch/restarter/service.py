@@ -17,7 +17,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 import aiohttp
 
@@ -36,6 +36,7 @@ from stallwatch.core.alert_plan import (
     Plan,
     advance,
     firing_plan,
+    followed_config,
     look_plan,
     resolved_plan,
     settle_plan,
@@ -51,10 +52,11 @@ from stallwatch.restarter.confirm import Confirmations, Confirmer, confirm_stall
 from stallwatch.restarter.fleet import FleetGuard
 from stallwatch.restarter.holds import TargetHolds
 from stallwatch.restarter.journal import Journal
-from stallwatch.restarter.journal_reader import JournalError, printable
+from stallwatch.restarter.journal_reader import JournalError
 from stallwatch.restarter.metrics import UNCONFIGURED_TARGET, RestarterMetrics
+from stallwatch.restarter.outcomes import JOURNAL_UNWRITABLE, Outcomes
 from stallwatch.restarter.rotation import Rotation
-from stallwatch.restarter.steps import fresh_read, test_request
+from stallwatch.restarter.steps import fresh_read, one_test_request
 from stallwatch.restarter.waiting import WaitingAlerts
 
 if TYPE_CHECKING:
@@ -66,8 +68,7 @@ log = logging.getLogger("stallwatch.restarter")
 # Alerts that need no confirmation are judged this many at a time: one commit (one wait for
 # the disk) per batch, and the event loop gets a turn between batches.
 JUDGED_PER_COMMIT = 200
-# A decision the journal could not record (nothing is run unrecorded).
-JOURNAL_UNWRITABLE: Literal["journal_unwritable"] = "journal_unwritable"
+__all__ = ["JOURNAL_UNWRITABLE", "Restarter"]
 
 
 class _Pending:
@@ -104,9 +105,11 @@ class Restarter:
         self.holds = TargetHolds(self.journal, self.metrics, self.current_config, clock)
         self.waiting = WaitingAlerts(self)
         self.rotation = Rotation(self)
+        self.outcomes = Outcomes(self)
         self.background = BackgroundActions(self.journal, self.metrics, self.fleet, clock)
         self.background.close_interrupted()
         self.memory = self.rotation.restored(self.memory)
+        self.memory = self.outcomes.restored_windows(self.memory)
         self._settling: set[asyncio.Task[None]] = set()
 
     def current_config(self) -> RestarterConfig:
@@ -155,6 +158,7 @@ class Restarter:
         self.holds.refresh_gauges()
         self._lookback = lookback_seconds(config)
         self.rotation.follow_config()
+        self.memory = followed_config(self.memory, config)
         # A target that left (a reload, a pod that is gone) takes its series with it.
         self.metrics.keep_only({t.name for t in config.targets} | set(self.memory.quarantines))
 
@@ -176,8 +180,15 @@ class Restarter:
                 clock=self.clock,
                 own_restarts=self._own_restarts,
                 on_event=self._count_event,
+                on_routing_count=self._count_routing,
             )
-            await self.kube.start()
+            self.kube.routable = self._routable
+            try:
+                await self.kube.start()
+            except BaseException:
+                await self._session.close()
+                self.kube = None
+                raise
         self.background.start(self._session, self.kube)
         self.waiting.start()
         self.rotation.start()
@@ -187,6 +198,12 @@ class Restarter:
 
     def _count_event(self, result: str) -> None:
         self.metrics.kube_events.labels(result=result).inc()
+
+    def _count_routing(self, result: str) -> None:
+        self.metrics.kube_routing.labels(result=result).inc()
+
+    def _routable(self, name: str) -> bool:
+        return self.verdict(name).routable
 
     async def stop(self) -> None:
         await self.waiting.stop()
@@ -223,7 +240,7 @@ class Restarter:
         shared = self.kube.shared_restarts()
         return replace(history, restarts=merge_restarts(history.restarts, shared))
 
-    def _metric_target(self, alert: Alert) -> str:
+    def metric_target(self, alert: Alert) -> str:
         name = alert.target
         return name if name is not None and self.config.target(name) else UNCONFIGURED_TARGET
 
@@ -266,7 +283,9 @@ class Restarter:
                 case FreshRead(target=target):
                     answer = await fresh_read(self._session, target, self.config.confirm.timeout)
                 case AskTestRequest(target=target, model=model):
-                    answer = await test_request(self.session, target, model, self.config.quarantine)
+                    answer = await one_test_request(
+                        self.session, target, model, self.config.quarantine
+                    )
                 case _:
                     answer = self._answer_now(step, None)
             step = advance(plan, answer)
@@ -311,7 +330,7 @@ class Restarter:
                         for given, alert in batch
                     ]
             except JournalError as error:
-                judged = [self._unrecorded(alert, error) for _, alert in batch]
+                judged = [self.outcomes.unrecorded(alert, error) for _, alert in batch]
             outcomes.extend(judged)
             if start + JUDGED_PER_COMMIT < len(alerts):
                 await asyncio.sleep(0)
@@ -354,7 +373,7 @@ class Restarter:
         outcome = self._run_now(self._plan(alert), holds)
         if isinstance(outcome, _Pending):
             return PENDING
-        return self._conclude(given, alert, outcome, notification)
+        return self.outcomes.conclude(given, alert, outcome, notification)
 
     async def _judge_recorded(
         self, given: Alert, alert: Alert, notification: Notification
@@ -362,22 +381,7 @@ class Restarter:
         try:
             return await self.judge(alert, notification, given=given)
         except JournalError as error:
-            return self._unrecorded(alert, error)
-
-    def _unrecorded(self, alert: Alert, error: JournalError) -> Decision:
-        """The answer for an alert whose decision could not be journaled: nothing is run."""
-        self.metrics.skips.labels(
-            target=self._metric_target(alert), reason=JOURNAL_UNWRITABLE
-        ).inc()
-        log.error(
-            "%s target=%s alert=%s fingerprint=%s: not acted on: %s",
-            JOURNAL_UNWRITABLE,
-            printable(alert.target or ""),
-            printable(alert.alertname),
-            printable(alert.fingerprint),
-            error,
-        )
-        return Decision("skip", JOURNAL_UNWRITABLE, f"not acted on: {error}")
+            return self.outcomes.unrecorded(alert, error)
 
     async def judge(
         self, alert: Alert, notification: Notification, *, given: Alert | None = None
@@ -386,84 +390,14 @@ class Restarter:
         asked_at = time.monotonic()
         target = self.config.target(alert.target) if alert.target else None
         if target is None or target.name not in self.locks:
-            return self._conclude(
+            return self.outcomes.conclude(
                 given or alert, alert, await self._run(self._plan(alert), asked_at), notification
             )
         async with self.locks[target.name]:
             outcome = await self._run(self._plan(alert), asked_at)
-            return self._conclude(given or alert, alert, outcome, notification)
+            return self.outcomes.conclude(given or alert, alert, outcome, notification)
 
-    def _conclude(
-        self, given: Alert, alert: Alert, outcome: AlertOutcome, notification: Notification
-    ) -> Decision | None:
-        """Apply an outcome: the memory, the journal, the routing changes, the action."""
-        now = self.clock()
-        self.memory = outcome.applied(self.memory, now)
-        self.waiting.remember(given, outcome, notification)
-        # The outcome names the target it judged (none: an allow-rule refused the alert first).
-        target = self.config.target(outcome.target) if outcome.target else None
-        decision = outcome.decision
-        if decision is None:
-            self.journal.record_decision(
-                alert,
-                None,
-                now,
-                receiver=notification.receiver,
-                external_url=notification.external_url,
-            )
-            self.metrics.resolved.labels(target=self._metric_target(alert)).inc()
-            log.info(
-                "resolved target=%s alert=%s fingerprint=%s (journaled, not acted on)",
-                printable(alert.target or ""),
-                printable(alert.alertname),
-                printable(alert.fingerprint),
-            )
-        else:
-            row_id = self.journal.record_decision(
-                alert,
-                decision,
-                now,
-                receiver=notification.receiver,
-                external_url=notification.external_url,
-            )
-            self._log_decision(alert, decision, row_id)
-            if self.kube is not None:
-                self.kube.on_decision(alert, decision, target)
-            if decision.restarts and target is not None:
-                self.metrics.last_restart.labels(target=target.name).set(now)
-                self.background.launch(row_id, target)
-            else:
-                self.metrics.skips.labels(
-                    target=self._metric_target(alert), reason=decision.reason
-                ).inc()
-        self.rotation.effects(outcome, alert, notification, now)
-        settling = self.config.target(outcome.settle) if outcome.settle else None
-        if settling is not None:
-            self._settle_later(settling, alert, notification)
-        self.metrics.restart_windows.set(len(self.memory.windows))
-        self.metrics.held_alerts.set(len(self.memory.waiting))
-        return decision
-
-    def _log_decision(self, alert: Alert, decision: Decision, row_id: int) -> None:
-        log.info(
-            "%s target=%s alert=%s fingerprint=%s reason=%s: %s",
-            decision.action,
-            printable(alert.target or ""),
-            printable(alert.alertname),
-            printable(alert.fingerprint),
-            decision.reason,
-            printable(decision.detail),
-            extra={
-                "decision": decision.action,
-                "target": alert.target or "",
-                "alertname": alert.alertname,
-                "fingerprint": alert.fingerprint,
-                "reason": decision.reason,
-                "journal_row": row_id,
-            },
-        )
-
-    def _settle_later(self, target: Target, alert: Alert, notification: Notification) -> None:
+    def settle_later(self, target: Target, alert: Alert, notification: Notification) -> None:
         """Settle `target`'s open window with one fresh read, in the background."""
         if self._session is None:
             return
@@ -476,7 +410,7 @@ class Restarter:
             async with self.locks[target.name]:
                 outcome = await self._run(settle_plan(target), time.monotonic())
                 now = self.clock()
-                self.memory = outcome.applied(self.memory, now)
+                self.outcomes.apply(outcome, alert.alertname, now)
                 if outcome.settled is not None:
                     self.journal.record_decision(
                         alert,
@@ -498,7 +432,7 @@ class Restarter:
         async with lock:
             outcome = await self._run(look_plan(target, self.config.quarantine), time.monotonic())
             now = self.clock()
-            self.memory = outcome.applied(self.memory, now)
+            self.outcomes.apply(outcome, "", now)
             if outcome.settled is not None and outcome.near_miss is not None:
                 self.journal.record_decision(window_alert(outcome.near_miss), outcome.settled, now)
             self.rotation.effects(outcome, None, None, now)

@@ -10,7 +10,7 @@ import aiohttp
 from stallwatch.common.quarantine_config import QuarantineSettings
 from stallwatch.common.restarter_config import Target
 from stallwatch.core.confirmation import ReadAttempt
-from stallwatch.net.fetch import read_metrics, send_probe
+from stallwatch.net.fetch import read_metrics, send_test_request
 from stallwatch.restarter.confirm import attempt
 
 
@@ -29,12 +29,12 @@ async def fresh_read(
     return attempt(await read_metrics(session, target.metrics_url, timeout=timeout))
 
 
-async def test_request(
+async def one_test_request(
     session: aiohttp.ClientSession, target: Target, model: str, settings: QuarantineSettings
 ) -> tuple[bool, str]:
     """One `max_tokens: 1` completion for `model` to a quarantined target; whether it
     answered, and how."""
-    result = await send_probe(
+    result = await send_test_request(
         session,
         base_url(target),
         model=model,

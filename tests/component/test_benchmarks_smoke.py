@@ -19,7 +19,7 @@ def test_quick_benchmarks_run_and_produce_sane_figures(tmp_path: Path) -> None:
         cwd=REPO,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=600,
         check=False,
     )
     assert completed.returncode == 0, completed.stderr[-3000:]
@@ -64,3 +64,10 @@ def test_quick_benchmarks_run_and_produce_sane_figures(tmp_path: Path) -> None:
     loop = readpath["event_loop"]["this tree"]
     assert loop["healthy_polls"] >= 2
     assert loop["heavy_reads"] >= 1
+
+    quarantine = figures["quarantine"]
+    # The frozen server left rotation and came back; no user reached it while it was out.
+    assert quarantine["freeze_to_out"] > 0
+    assert quarantine["end_to_back"] > 0
+    assert quarantine["to_frozen_while_out"] == 0
+    assert quarantine["restarted"] is False

@@ -39,7 +39,7 @@ async def test_check_busy_server_exits_zero_without_a_test_request() -> None:
         await asyncio.gather(load, return_exceptions=True)
     assert result.exit_code == EXIT_OK
     assert result.as_json()["state"] == "busy"
-    assert result.as_json()["probe_requests_sent"] == 0
+    assert result.as_json()["test_requests_sent"] == 0
     assert USER_AGENT not in sim.stats()["completions_by_user_agent"]
 
 
@@ -59,7 +59,7 @@ async def test_check_hung_server_is_stuck_after_two_stalled_intervals() -> None:
     assert report["stuck"] is True
     assert report["state"] == State.STALLED
     assert report["polls"] == 3  # baseline, stalled, stalled again
-    assert report["probe_requests_sent"] == 0
+    assert report["test_requests_sent"] == 0
 
 
 async def test_check_idle_server_is_proven_by_one_test_request() -> None:
@@ -125,6 +125,7 @@ async def test_check_command_prints_json_and_exits_with_the_verdict() -> None:
         "steps_per_second",
         "tokens_per_second",
         "restart_detected",
+        "test_requests_sent",
         "probe_requests_sent",
     ):
         assert key in report
@@ -284,7 +285,7 @@ def test_exporter_port_in_use_is_one_clear_line_and_exit_1(tmp_path: Path) -> No
         ["--interval", "-5s"],
         ["--timeout", "0s"],
         ["--timeout", "-1s"],
-        ["--probe-timeout", "0s"],
+        ["--test-request-timeout", "0s"],
         ["--interval", "1.5s"],
         ["--interval", ".nan"],
         ["--interval", "10ms"],

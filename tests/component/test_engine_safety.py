@@ -103,11 +103,11 @@ async def test_trtllm_going_from_idle_to_busy_with_gauges_at_zero_gets_no_test_r
     assert "} 0.0" in payload.split("trtllm_num_requests_running{", 1)[1].split("\n", 1)[0]
     assert before[probes] == 0
     assert after[probes] == 0
-    assert all(h.probe_requests == 0 for h in (*idle, *busy))
+    assert all(h.test_requests == 0 for h in (*idle, *busy))
     assert USER_AGENT not in sim.stats()["completions_by_user_agent"]
     assert {state for state, _ in states} == {State.UNKNOWN}, states
     assert all("idle is unprovable" in reason for _, reason in states[1:]), states
-    assert check.history.probe_requests == 0
+    assert check.history.test_requests == 0
     assert check.as_json()["state"] == State.UNKNOWN
 
 

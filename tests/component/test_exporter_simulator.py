@@ -20,7 +20,7 @@ from stallwatch.common.exporter_config import (
 )
 from stallwatch.core.classify import State
 from stallwatch.core.history import PollOutcome, TargetHistory
-from stallwatch.core.probe import ON_TIME_SHARE_OF_INTERVAL
+from stallwatch.core.idle_test_request import ON_TIME_SHARE_OF_INTERVAL
 from stallwatch.demo import configs as demo_configs
 from stallwatch.exporter.app import running_exporter
 from stallwatch.exporter.service import ExporterService
@@ -96,7 +96,7 @@ async def test_hang_reads_stalled_in_consecutive_polls() -> None:
             metrics = await scrape(url)
         load.cancel()
         await asyncio.gather(load, return_exceptions=True)
-    assert stalled.probe_requests == 0
+    assert stalled.test_requests == 0
     key = (("state", "stalled"), ("target", "gpu"))
     assert metrics[("stallwatch_target_state", key)] == 1
     assert metrics[("stallwatch_target_state_polls", (("target", "gpu"),))] >= 2
@@ -109,7 +109,7 @@ async def test_hang_before_update_reads_unresponsive() -> None:
         sim.apply_fault("hang_before_update")
         async with exporter_for(target("gpu", sim.url)) as (service, _):
             found = await wait_for_state(service, "gpu", State.UNRESPONSIVE, polls=2)
-    assert found.probe_failures >= 2
+    assert found.test_request_failures >= 2
     assert sim.stats()["completions_by_user_agent"].get(USER_AGENT, 0) >= 2
 
 
@@ -147,9 +147,9 @@ async def test_idle_server_gets_at_most_one_test_request_per_poll() -> None:
         await wait_until(lambda: history(service, "gpu").polls >= 6, what="six polls")
         found = history(service, "gpu")
     assert found.state == State.IDLE
-    assert 1 <= found.probe_requests <= found.polls
-    assert found.probe_failures == 0
-    assert sim.stats()["completions_by_user_agent"][USER_AGENT] == found.probe_requests
+    assert 1 <= found.test_requests <= found.polls
+    assert found.test_request_failures == 0
+    assert sim.stats()["completions_by_user_agent"][USER_AGENT] == found.test_requests
 
 
 async def test_crash_reads_down() -> None:
@@ -213,7 +213,7 @@ async def test_proxy_is_read_through_models_only() -> None:
         for backend in (first, second):
             assert USER_AGENT not in backend.stats()["completions_by_user_agent"]
     assert found.state == State.NO_METRICS
-    assert found.probe_requests == 0
+    assert found.test_requests == 0
 
 
 async def test_one_dead_target_does_not_delay_another() -> None:
@@ -282,7 +282,7 @@ class PollLog:
             self.polls.append((outcome, updated))
 
     def probe_times(self) -> list[float]:
-        return [outcome.started_at for outcome, _ in self.polls if outcome.probes_sent]
+        return [outcome.started_at for outcome, _ in self.polls if outcome.test_requests_sent]
 
 
 async def test_an_idle_server_gets_one_test_request_per_min_interval() -> None:
@@ -298,11 +298,11 @@ async def test_an_idle_server_gets_one_test_request_per_min_interval() -> None:
     times = log.probe_times()
     on_time = min_interval - FAST_INTERVAL * ON_TIME_SHARE_OF_INTERVAL
     assert all(later - earlier >= on_time - 0.001 for earlier, later in itertools.pairwise(times))
-    held_back = [outcome for outcome, _ in log.polls if outcome.probe_deferred]
+    held_back = [outcome for outcome, _ in log.polls if outcome.test_request_deferred]
     assert held_back
     assert all(outcome.verdict.state == State.IDLE for outcome in held_back)
     assert all("proven alive" in outcome.verdict.reason for outcome in held_back)
-    assert sent == history(service, "gpu").probe_requests
+    assert sent == history(service, "gpu").test_requests
 
 
 async def test_the_demo_config_catches_a_hang_with_running_frozen_at_0() -> None:
@@ -321,15 +321,15 @@ async def test_the_demo_config_catches_a_hang_with_running_frozen_at_0() -> None
     async with running_simulator() as sim:
         gpu = dataclasses.replace(demo_target, url=sim.url)
         async with exporter_for(gpu) as (service, _):
-            await wait_until(lambda: history(service, "gpu-b").probe_requests >= 1, what="probe")
+            await wait_until(lambda: history(service, "gpu-b").test_requests >= 1, what="probe")
             log = PollLog(service, "gpu-b")
             sim.apply_fault("hang_before_update")
             caught = await wait_for_state(
                 service, "gpu-b", State.UNRESPONSIVE, polls=2, timeout=30.0
             )
             log.stop()
-    assert caught.probe_failures == 2
+    assert caught.test_request_failures == 2
     outcomes = [outcome for outcome, _ in log.polls]
-    first_failure = next(i for i, outcome in enumerate(outcomes) if outcome.probes_failed)
-    assert any(outcome.probe_deferred for outcome in outcomes[:first_failure])
-    assert outcomes[first_failure + 1].probes_failed == 1  # retried on the very next poll
+    first_failure = next(i for i, outcome in enumerate(outcomes) if outcome.test_requests_failed)
+    assert any(outcome.test_request_deferred for outcome in outcomes[:first_failure])
+    assert outcomes[first_failure + 1].test_requests_failed == 1  # retried on the very next poll

@@ -113,7 +113,7 @@ async def test_check_reads_a_silent_server_hung_twice_and_exits_stuck() -> None:
     assert result.exit_code == EXIT_STUCK
     assert result.history.state == State.HUNG
     assert (result.history.state_polls, result.history.polls) == (2, 2)
-    assert result.history.probe_requests == 0
+    assert result.history.test_requests == 0
     assert result.history.poll_errors == {"timeout": 2}
     assert "connected, no answer" in result.as_json()["reason"]
     assert silent.connections >= 2

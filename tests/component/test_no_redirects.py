@@ -25,7 +25,7 @@ from stallwatch.net.fetch import (
     engine_faults,
     engine_sleeps,
     read_metrics,
-    send_probe,
+    send_test_request,
 )
 from stallwatch.restarter.actions import ActionRunner
 from stallwatch.restarter.confirm import confirm_stall
@@ -107,7 +107,9 @@ async def test_every_exporter_read_refuses_a_redirect() -> None:
         models = await ask_models(session, allowed.url, timeout=2)
         asleep = await engine_sleeps(session, allowed.url, "llamacpp", timeout=2)
         faulted = await engine_faults(session, allowed.url, "vllm", timeout=2)
-        probe = await send_probe(session, allowed.url, model="m", endpoint="completions", timeout=2)
+        probe = await send_test_request(
+            session, allowed.url, model="m", endpoint="completions", timeout=2
+        )
     assert sink.requests == []
     assert metrics.reading is None
     assert metrics.error_reason == "http_status"

@@ -49,7 +49,7 @@ def reasons(journal_path: Path) -> list[str]:
     journal = Journal.open(journal_path)
     try:
         rows = reversed(journal.recent(100))
-        return [entry.reason for entry in rows if entry.decision != "routing"]
+        return [entry.reason for entry in rows if entry.decision not in ("routing", "window")]
     finally:
         journal.close()
 

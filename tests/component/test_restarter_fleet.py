@@ -155,7 +155,12 @@ async def test_pause_and_resume_from_the_cli_reach_the_running_restarter(
         path = tmp_path / "restarter.yml"
         async with running_restarter(config) as (client, restarter):
             args = argparse.Namespace(
-                control_config=path, control="paused", pause_for="30m", reason="rack move"
+                control_config=path,
+                config=None,
+                restarter_command="pause",
+                control="paused",
+                pause_for="30m",
+                reason="rack move",
             )
             assert run_control(args) == 0
             answer = await post_alerts(client, payload(stuck("gpu0")))
@@ -163,7 +168,12 @@ async def test_pause_and_resume_from_the_cli_reach_the_running_restarter(
             await asyncio.sleep(0.3)
             assert marker_lines(marker) == []  # still paused: held, not judged again
             resume = argparse.Namespace(
-                control_config=path, control="resumed", pause_for=None, reason=""
+                control_config=path,
+                config=None,
+                restarter_command="resume",
+                control="resumed",
+                pause_for=None,
+                reason="",
             )
             assert run_control(resume) == 0
             await wait_for(lambda: restarter.journal.count(reason="confirmed") == 1)

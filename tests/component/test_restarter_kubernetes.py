@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from stallwatch.common.kubernetes_config import KubernetesAction, KubernetesSettings
+from stallwatch.core.kube_routing import ROUTABLE
 from stallwatch.restarter.kube.action import PodRestarter
 from stallwatch.restarter.kube.api import ApiException, KubeApi
 from stallwatch.simulator.testing import running_simulator
@@ -327,14 +328,22 @@ async def test_a_lease_written_from_a_stale_read_conflicts(tmp_path: Path) -> No
     assert raised.value.status == 409
 
 
-async def test_the_role_grants_exactly_the_calls_the_restarter_makes(tmp_path: Path) -> None:
-    """Every kind of call (all action modes, a group, the Lease, Events) against a fake that
-    grants the shipped Role: nothing is denied, and every rule of the Role is used."""
-    rules = role_rules()
+@pytest.mark.parametrize("quarantine_mode", ["readiness_gate", "label", "off"])
+async def test_the_role_grants_exactly_the_calls_the_restarter_makes(
+    tmp_path: Path, quarantine_mode: str
+) -> None:
+    """Every kind of call (all action modes, a group, the Lease, Events, and the quarantine
+    mode's: the gate condition and the Services, or the label and the owners' selectors)
+    against a fake that grants the shipped Roles for that mode: nothing is denied, and every
+    rule is used."""
+    rules = role_rules(quarantine_mode)
+    gates = [ROUTABLE] if quarantine_mode == "readiness_gate" else None
+    label = {ROUTABLE: "false"} if quarantine_mode == "label" else {}
     async with fake_kube(rules) as fake:
-        fake.add_pod(make_pod("llm", "a", labels=SERVER_LABELS))
+        fake.add_pod(make_pod("llm", "a", labels=SERVER_LABELS, readiness_gates=gates))
         fake.add_pod(make_pod("llm", "b", labels=SERVER_LABELS))
-        fake.add_pod(make_pod("llm", "s-0", labels=SERVER_LABELS, owner=("StatefulSet", "s")))
+        owner = ("StatefulSet", "s")
+        fake.add_pod(make_pod("llm", "s-0", labels={**SERVER_LABELS, **label}, owner=owner))
         fake.add_workload("statefulsets", "llm", "s")
         fake.add_replicaset("llm", "d-1", "d")
         fake.add_workload("deployments", "llm", "d")
@@ -342,7 +351,9 @@ async def test_the_role_grants_exactly_the_calls_the_restarter_makes(tmp_path: P
         lws = {LWS_NAME: "g", LWS_GROUP: "0"}
         fake.add_pod(make_pod("llm", "g-0", labels={**lws, LWS_WORKER: "0"}))
         fake.add_pod(make_pod("llm", "g-0-1", labels={**lws, LWS_WORKER: "1"}))
-        config = write_config(tmp_path, fake, identity="restarter-a")
+        config = write_config(
+            tmp_path, fake, identity="restarter-a", quarantine_mode=quarantine_mode
+        )
         async with restarter_app(config, Clock()) as (_, restarter):
             kube = restarter.kube
             assert kube is not None

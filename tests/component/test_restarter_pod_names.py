@@ -74,9 +74,10 @@ async def test_names_that_are_no_kubernetes_name_are_refused(
     tmp_path: Path, namespace: str, pod: str
 ) -> None:
     """A pod label that is no DNS-1123 subdomain, or a namespace label that is no DNS-1123
-    label, is refused as invalid_pod_name, journaled with why, and reaches no API."""
+    label, is refused as invalid_pod_name, journaled with why, and reaches no API (the
+    routing sync, which lists pods, is off)."""
     async with fake_kube() as fake:
-        config = write_config(tmp_path, fake)
+        config = write_config(tmp_path, fake, quarantine_mode="off")
         async with restarter_app(config, Clock()) as (client, restarter):
             decisions = await send(client, pod_alert(pod, namespace=namespace))
             [entry] = restarter.journal.recent(5)
@@ -90,7 +91,7 @@ async def test_names_that_are_no_kubernetes_name_are_refused(
 async def test_valid_pod_names_are_read_from_the_api(tmp_path: Path, pod: str) -> None:
     """Valid names (dots, digits first, 253 characters) are asked of the API as before."""
     async with fake_kube() as fake:
-        config = write_config(tmp_path, fake)
+        config = write_config(tmp_path, fake, quarantine_mode="off")
         async with restarter_app(config, Clock()) as (client, _):
             decisions = await send(client, pod_alert(pod))
     assert [(d["decision"], d["reason"]) for d in decisions] == [("skip", "pod_not_found")]

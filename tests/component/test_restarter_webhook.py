@@ -297,6 +297,7 @@ async def test_healthy_and_metrics_names(tmp_path: Path) -> None:
         "stallwatch_restarter_restart_windows",
         "stallwatch_restarter_recovered_in_window_total",
         "stallwatch_restarter_routable",
+        "stallwatch_restarter_routing",
         "stallwatch_restarter_quarantine_seconds",
     }
     assert 'stallwatch_restarter_restarts_total{result="success",target="gpu1"} 1.0' in text
@@ -304,7 +305,7 @@ async def test_healthy_and_metrics_names(tmp_path: Path) -> None:
     assert 'stallwatch_restarter_webhook_requests_total{code="200"} 2.0' in text
     assert 'stallwatch_restarter_budget_exhausted{target="gpu1"} 0.0' in text
     assert set(RESULTS) == {"success", "failure", "timeout"}
-    assert len(SKIP_REASONS) == 21
+    assert len(SKIP_REASONS) == 29  # the policy's 21, the restarter's 2, the allow-rules' 6
 
 
 async def test_journal_endpoint_validates_limit(tmp_path: Path) -> None:

@@ -64,7 +64,7 @@ async def test_llamacpp_decoding_with_counters_above_ten_million_never_reads_stu
     assert decodes > initial_decodes + 8
     assert State.STALLED not in states, reasons
     assert check.exit_code != EXIT_STUCK, check.as_json()
-    assert all(poll.probe_requests == 0 for poll in polls)
+    assert all(poll.test_requests == 0 for poll in polls)
     if initial_decodes == 0:
         # Exact counters: every poll after the first sees the decodes.
         assert states[1:] == [State.BUSY] * (len(states) - 1), reasons

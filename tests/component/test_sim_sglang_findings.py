@@ -77,7 +77,7 @@ async def test_long_chunked_prefill_with_both_gauges_at_zero_reads_busy_no_test_
         samples = await read_metrics(session, sim.url)
     assert (samples[RUNNING], samples[QUEUED]) == (0.0, 0.0)
     assert set(states(polls[1:])) == {"busy"}, reasons(polls)
-    assert polls[-1].probe_requests == 0
+    assert polls[-1].test_requests == 0
 
 
 async def test_engine_hung_in_a_chunked_prefill_reads_stalled_twice() -> None:
@@ -94,7 +94,7 @@ async def test_engine_hung_in_a_chunked_prefill_reads_stalled_twice() -> None:
                 timeout=30,
             )
     assert "idle" not in states(polls), reasons(polls)
-    assert polls[-1].probe_requests == 0
+    assert polls[-1].test_requests == 0
 
 
 async def test_idle_server_reads_idle_after_its_own_test_request() -> None:
@@ -103,7 +103,7 @@ async def test_idle_server_reads_idle_after_its_own_test_request() -> None:
     async with running_simulator(LIKE_REAL) as sim:
         polls = await polls_of(target(NAME, sim.url), 6)
     assert set(states(polls)) == {"idle"}, reasons(polls)
-    assert polls[-1].probe_requests >= 1
+    assert polls[-1].test_requests >= 1
 
 
 async def test_restart_loads_without_a_test_request_then_reads_restarted_once() -> None:
@@ -114,7 +114,7 @@ async def test_restart_loads_without_a_test_request_then_reads_restarted_once() 
         exporter_for(target(NAME, sim.url)) as (service, _),
     ):
         await record_histories(service, NAME, until=lambda h: h.polls >= 2, timeout=30)
-        probes_before = service.histories[NAME].probe_requests
+        probes_before = service.histories[NAME].test_requests
         sim.apply_fault("restart")
         loading = await record_histories(
             service, NAME, until=lambda h: h.restarts_detected >= 1, timeout=30
@@ -128,5 +128,5 @@ async def test_restart_loads_without_a_test_request_then_reads_restarted_once() 
     assert loading[-1].state == State.RESTARTED, reasons(loading)
     assert "still loading" in reasons(loading)[-1][1]
     assert not {"idle", "busy", "stalled"} & set(states(during)), reasons(during)
-    assert during[-1].probe_requests == probes_before
+    assert during[-1].test_requests == probes_before
     assert after[-1].restarts_detected == 1

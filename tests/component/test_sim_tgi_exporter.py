@@ -36,7 +36,7 @@ async def test_fresh_tgi_reads_no_metrics_until_its_first_request(kind: str) -> 
     assert empty == ""
     assert {poll.state for poll in fresh} == {State.NO_METRICS}, reasons
     assert all("no request seen yet" in reason for reason in reasons), reasons
-    assert all(poll.probe_requests == 0 for poll in fresh)
+    assert all(poll.test_requests == 0 for poll in fresh)
     assert sent == 0
     assert served[-1].state == State.IDLE, [poll.state for poll in served]
     assert served[-1].baseline is not None

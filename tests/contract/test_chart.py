@@ -14,6 +14,7 @@ import yaml
 
 from stallwatch.common.config import ConfigError
 from stallwatch.common.config_files import load_restarter_config
+from stallwatch.restarter.kube.routing import CALLS_BY_MODE
 from tests.contract.chart import (
     CHART,
     CI_VALUES,
@@ -46,11 +47,24 @@ PER_ACTION = {
         ("apps", "statefulsets", "patch"),
     },
 }
+# The calls of each quarantine mode (stallwatch/restarter/kube/routing.py CALLS_BY_MODE, which
+# the restarter's component tests run against a fake API granting exactly these).
 PER_QUARANTINE = {
-    "readinessGate": {("", "pods", "watch"), ("", "pods/status", "patch")},
-    "label": {("", "pods", "watch"), ("", "pods", "patch")},
+    "readinessGate": {
+        ("", "pods", "watch"),
+        ("", "pods/status", "patch"),
+        ("", "services", "list"),
+    },
+    "label": {
+        ("", "pods", "watch"),
+        ("", "pods", "patch"),
+        ("apps", "replicasets", "get"),
+        ("apps", "statefulsets", "get"),
+    },
     "off": set(),
 }
+# With evict and a quarantine mode: the delete of a pod out of rotation whose budget refuses it.
+EVICT_FALLBACK = {("", "pods", "delete")}
 LEASE = {("coordination.k8s.io", "leases", v) for v in ("get", "create", "update")}
 
 
@@ -176,7 +190,8 @@ def test_rbac_is_exactly_what_each_quarantine_mode_needs(mode: str) -> None:
     and exactly what its quarantine mode needs; the Lease Role only the Lease."""
     docs = render(*values(f"quarantine-{mode.lower()}"))
     role = one(docs, "ClusterRole", "stallwatch-restarter")
-    assert grants(role) == ALWAYS | PER_ACTION["evict"] | PER_QUARANTINE[mode]
+    fallback = EVICT_FALLBACK if mode != "off" else set()
+    assert grants(role) == ALWAYS | PER_ACTION["evict"] | PER_QUARANTINE[mode] | fallback
     assert grants(one(docs, "Role", "stallwatch-restarter-lease")) == LEASE
     binding = one(docs, "ClusterRoleBinding", "stallwatch-restarter")
     assert binding["subjects"] == [
@@ -184,6 +199,14 @@ def test_rbac_is_exactly_what_each_quarantine_mode_needs(mode: str) -> None:
     ]
     config_mode = {"readinessGate": "readiness_gate", "label": "label", "off": "off"}[mode]
     assert restarter_config(docs)["kubernetes"]["quarantine_mode"] == config_mode
+
+
+def test_each_quarantine_modes_grants_are_the_calls_the_code_makes() -> None:
+    """PER_QUARANTINE, which the chart's RBAC is held to, is what the restarter calls in each
+    quarantine mode (the component tests run those calls against a fake API granting them)."""
+    for chart_mode, mode in (("readinessGate", "readiness_gate"), ("label", "label")):
+        assert PER_QUARANTINE[chart_mode] == CALLS_BY_MODE[mode]
+    assert PER_QUARANTINE["off"] == CALLS_BY_MODE["off"]
 
 
 def test_rbac_follows_the_action_modes_of_the_rules() -> None:

@@ -43,10 +43,17 @@ ONLY_IN_CHART = {
 }
 # A Helm chart installs into a namespace; it does not make it.
 ONLY_IN_KUSTOMIZE = {("Namespace", "stallwatch")}
+# The overlays grant the quarantine mode in a ClusterRole of its own (rbac-readiness-gate.yaml,
+# swapped for rbac-label.yaml in label mode); the chart adds the same rules to its one
+# ClusterRole (test_the_chart_grants_only_the_action_modes_it_uses compares the grants).
+KUSTOMIZE_MODE_ROLE = {
+    ("ClusterRole", "stallwatch-restarter-readiness-gate"),
+    ("ClusterRoleBinding", "stallwatch-restarter-readiness-gate"),
+}
 # The overlays' ClusterRole grants every action mode, so that editing restarter.yml never
-# needs an RBAC change; the chart grants the modes its rules use (here: evict only).
+# needs an RBAC change; the chart grants the modes its rules use (here: evict only, and the
+# delete of a pod out of rotation whose budget refuses its eviction).
 UNUSED_MODES = {
-    ("", "pods", "delete"),
     ("apps", "replicasets", "get"),
     ("apps", "deployments", "patch"),
     ("apps", "statefulsets", "patch"),
@@ -80,7 +87,7 @@ def chart_settings(with_restarter: bool) -> list[str]:
             "--set",
             "restarter.enabled=true",
             "--set",
-            "restarter.quarantine.mode=off",
+            "restarter.quarantine.mode=readinessGate",
             "--set-json",
             f"restarter.config={json.dumps(restarter)}",
             "--set",
@@ -171,7 +178,8 @@ def test_the_chart_renders_the_overlays_objects(with_restarter: bool) -> None:
     kustomized, charted = pairs(with_restarter)
     only_chart = set(charted) - set(kustomized)
     assert only_chart == (ONLY_IN_CHART if with_restarter else set())
-    assert set(kustomized) - set(charted) == ONLY_IN_KUSTOMIZE
+    only_kustomize = ONLY_IN_KUSTOMIZE | (KUSTOMIZE_MODE_ROLE if with_restarter else set())
+    assert set(kustomized) - set(charted) == only_kustomize
     for name in set(kustomized) & set(charted):
         ours, theirs = kustomized[name], charted[name]
         labels = strip_labels(ours["metadata"].get("labels"))
@@ -182,9 +190,12 @@ def test_the_chart_renders_the_overlays_objects(with_restarter: bool) -> None:
 
 
 def test_the_chart_grants_only_the_action_modes_it_uses() -> None:
-    """The chart's ClusterRole is the overlays' minus the verbs of action modes no rule uses."""
+    """The chart's ClusterRole is the overlays' two (the restarter's and its quarantine mode's)
+    minus the verbs of action modes no rule uses."""
     kustomized, charted = pairs(True)
-    ours = grants(kustomized[("ClusterRole", "stallwatch-restarter")])
+    ours = grants(kustomized[("ClusterRole", "stallwatch-restarter")]) | grants(
+        kustomized[("ClusterRole", "stallwatch-restarter-readiness-gate")]
+    )
     theirs = grants(charted[("ClusterRole", "stallwatch-restarter")])
     assert theirs == ours - UNUSED_MODES
     assert ours >= UNUSED_MODES

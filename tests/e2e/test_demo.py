@@ -70,7 +70,7 @@ def test_demo_story(demo_run: tuple[int, str, dict[str, Any]]) -> None:
     targets = summary["targets"]
     hung = summary["hung_target"]
     for name, tally in targets.items():
-        assert tally["test_requests_while_busy"] == 0, name
+        assert tally["requests_sent_while_busy"] == 0, name
         assert tally["sim_test_requests_while_busy"] == 0, name
         assert tally["false_restarts"] == 0, name
     assert targets["gpu-a"]["busy_seconds"] > 0
@@ -95,6 +95,23 @@ def test_demo_story(demo_run: tuple[int, str, dict[str, Any]]) -> None:
     assert results == ["success"]
 
 
+def test_demo_users_through_haproxy_move_off_the_hung_server(
+    demo_run: tuple[int, str, dict[str, Any]],
+) -> None:
+    """Users through HAProxy: the hung server leaves its rotation after the hang, gets none of
+    their requests while out, and gets them again once it is back."""
+    _code, output, summary = demo_run
+    rotation = summary["haproxy_rotation"]
+    assert rotation["target"] == summary["hung_target"]
+    assert rotation["hang_to_out_of_rotation_seconds"] is not None, output
+    assert rotation["hang_to_back_in_rotation_seconds"] is not None, output
+    assert rotation["requests_before_hang"] > 0
+    assert rotation["requests_while_out_of_rotation"] == 0
+    assert rotation["requests_after_back_in_rotation"] > 0
+    assert summary["haproxy_users"]["completed"] > 0
+    assert "users through HAProxy:" in output
+
+
 def test_demo_leaves_nothing_running(demo_run: tuple[int, str, dict[str, Any]]) -> None:
     """Every process the demo started (both gpu-b processes included) is gone after it ends."""
     _code, output, summary = demo_run
@@ -104,6 +121,7 @@ def test_demo_leaves_nothing_running(demo_run: tuple[int, str, dict[str, Any]]) 
         [
             "alertmanager",
             "exporter",
+            "haproxy",
             "prometheus",
             "proxy",
             "restarter",

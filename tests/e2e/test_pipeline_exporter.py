@@ -101,7 +101,7 @@ async def test_a_hang_under_load_fires_llm_server_stuck_at_the_restarter(
 
     assert stalled.state == State.STALLED
     assert stalled.state_polls >= 2
-    assert stalled.probe_requests == 0  # a busy or stalled server never gets a test request
+    assert stalled.test_requests == 0  # a busy or stalled server never gets a test request
     (alert,) = notification.payload["alerts"]
     assert alert["labels"]["target"] == name
     assert alert["labels"]["severity"] == "critical"
@@ -127,7 +127,7 @@ async def test_a_long_batch_load_fires_nothing(alerting_stack: AlertingStack) ->
     assert polls[0][0] == State.UNKNOWN  # the first read has nothing to compare with
     assert {state for state, _ in polls[1:]} == {State.BUSY}, polls
     assert len(polls) >= 32
-    assert final.probe_requests == 0
+    assert final.test_requests == 0
     assert busy_scrapes >= 10
     assert state_samples(stack, name, "stalled") == 0
 
@@ -243,7 +243,7 @@ async def test_an_unresponsive_idle_server_fires_llm_server_unresponsive(
             found = history(service, name)
 
     assert found.state == State.UNRESPONSIVE
-    assert found.probe_failures >= 2
+    assert found.test_request_failures >= 2
     (alert,) = notification.payload["alerts"]
     assert alert["labels"]["target"] == name
     assert stack.receiver.find("LLMServerStuck", name) is None

@@ -26,17 +26,15 @@ import aiohttp
 import pytest
 
 from stallwatch.core.classify import State
-from stallwatch.exporter.service import ExporterService
 from tests.support.alerting_stack import (
     poll,
 )
-from tests.support.exporter import history, wait_for_state, wait_until
+from tests.support.exporter import history, wait_until
 from tests.support.pipeline import (
     TIMEOUT,
     exporter_on_stack,
     record_polls,
     rules_evaluated_after,
-    seen_in_state,
     target,
     unique,
 )
@@ -47,6 +45,7 @@ from tests.support.restarter_pipeline import (
     restarter_for,
     rows,
     simulator,
+    wait_until_busy,
 )
 
 pytestmark = pytest.mark.e2e
@@ -56,14 +55,6 @@ DEFAULT_INTERVAL = 15.0
 FREEZE_SECONDS = 70.0
 # The shipped 5 m window over 15 s polls, scaled to the test's 0.5 s polls (20 polls).
 SCALED_WINDOW = "6s"
-
-
-async def wait_until_busy(
-    stack: RestarterStack, service: ExporterService, name: str, interval: float = 0.5
-) -> None:
-    await wait_for_state(service, name, State.BUSY, polls=2, timeout=3 * interval + TIMEOUT)
-    await seen_in_state(stack, name, "busy")
-    await stack.wait_for_query('up{job="stallwatch-restarter"} == 1', TIMEOUT)
 
 
 async def test_a_hang_is_restarted_once_and_the_server_comes_back(

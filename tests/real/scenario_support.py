@@ -210,7 +210,7 @@ class PollRecord:
     reason: str
     reading: Reading | None
     steps_per_second: float | None
-    probe_requests: int
+    test_requests: int
 
 
 def _record(current: TargetHistory) -> PollRecord:
@@ -222,7 +222,7 @@ def _record(current: TargetHistory) -> PollRecord:
         reason=current.verdict.reason,
         reading=current.baseline,
         steps_per_second=current.verdict.steps_per_second,
-        probe_requests=current.probe_requests,
+        test_requests=current.test_requests,
     )
 
 

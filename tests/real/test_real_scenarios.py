@@ -143,7 +143,7 @@ async def test_long_chunked_prefill_is_never_stalled_and_check_says_healthy(
     assert all("kv_cache_usage_perc" in poll.reason for poll in judged), polls
     assert result.exit_code == EXIT_OK, result.as_json()
     assert result.as_json()["state"] == "busy"
-    assert result.history.probe_requests == 0
+    assert result.history.test_requests == 0
     assert answer["usage"]["prompt_tokens"] == LONG_PROMPT_WORDS
     assert counted.prompt_tokens == LONG_PROMPT_WORDS
     assert counted.completion_calls == 1  # neither the exporter nor check sent a request
@@ -162,13 +162,13 @@ async def test_idle_server_gets_at_most_one_answered_test_request_per_poll(
         counted = (await server_counters(session, real_vllm.base_url)).since(before)
 
     assert {poll.state for poll in polls} == {State.IDLE}, polls
-    assert 1 <= found.probe_requests <= found.polls
-    assert found.probe_failures == 0
-    assert metrics[("stallwatch_test_requests_total", TARGET_LABELS)] == found.probe_requests
+    assert 1 <= found.test_requests <= found.polls
+    assert found.test_request_failures == 0
+    assert metrics[("stallwatch_test_requests_total", TARGET_LABELS)] == found.test_requests
     assert metrics[("stallwatch_test_request_failures_total", TARGET_LABELS)] == 0
     # The server answered exactly the requests the exporter counted, and nothing else came.
-    assert counted.requests_completed == found.probe_requests
-    assert counted.completion_calls == found.probe_requests
+    assert counted.requests_completed == found.test_requests
+    assert counted.completion_calls == found.test_requests
 
 
 async def test_hung_engine_core_reads_stalled_twice_and_check_says_stuck(
@@ -195,16 +195,16 @@ async def test_hung_engine_core_reads_stalled_twice_and_check_says_stuck(
         finally:
             await cancel_all(load)
 
-    assert stalled.probe_requests == 0
+    assert stalled.test_requests == 0
     assert stalled.verdict is not None
     assert (stalled.verdict.running or 0) > 0
     assert metrics[("stallwatch_target_state_polls", TARGET_LABELS)] >= 2
     assert metrics[("stallwatch_target_up", TARGET_LABELS)] == 1
     assert result.exit_code == EXIT_STUCK, result.as_json()
     assert result.as_json()["stuck"] is True
-    assert result.history.probe_requests == 0
+    assert result.history.test_requests == 0
     assert health_status == 200  # the server's own health check sees nothing wrong
-    assert resumed.probe_requests == 0
+    assert resumed.test_requests == 0
 
 
 async def test_killed_engine_core_reads_down(real_vllm: RealVllmServer) -> None:
@@ -339,7 +339,7 @@ async def _states_over_polls(
         records = await record_polls(
             service, NAME, until=lambda h: h.polls >= polls, timeout=60 + polls * interval
         )
-        return records, history(service, NAME).probe_requests
+        return records, history(service, NAME).test_requests
 
 
 def _judged_busy(states: list[State | None]) -> object:
@@ -379,7 +379,7 @@ async def test_simulator_and_real_server_get_the_same_verdicts(
                     under_test.resume()
             verdicts["busy"] = _judged_busy([poll.state for poll in busy])
             verdicts["hang"] = (stalled.state, stalled.state_polls >= 2, check.exit_code)
-            verdicts["test requests under load"] = stalled.probe_requests
+            verdicts["test requests under load"] = stalled.test_requests
         finally:
             await cancel_all(load)
 

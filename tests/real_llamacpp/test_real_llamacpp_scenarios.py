@@ -82,7 +82,7 @@ async def server_under_test(
 async def _polls(url: str, count: int) -> tuple[list[Any], int]:
     async with exporter_for(llama_target(NAME, url)) as (service, _):
         polls = await record_histories(service, NAME, until=lambda h: h.polls >= count, timeout=90)
-        return polls, history(service, NAME).probe_requests
+        return polls, history(service, NAME).test_requests
 
 
 def _busy_after_first(states: list[State | None]) -> object:
@@ -132,7 +132,7 @@ async def test_simulator_and_real_llamacpp_get_the_same_verdicts(
                 finally:
                     under.resume()
             verdicts["busy"] = _busy_after_first([poll.state for poll in busy])
-            verdicts["test requests under load"] = busy[-1].probe_requests
+            verdicts["test requests under load"] = busy[-1].test_requests
             after_stop = [poll.state for poll in stopped if poll.polls > busy[-1].polls + 1]
             seen["stopped"] = [
                 (str(poll.state), poll.verdict.reason if poll.verdict else "") for poll in stopped

@@ -86,7 +86,7 @@ async def test_rust_frontend_idle_then_busy_without_an_http_family(
             await cancel(load)
     assert set(states(idle)) == {"idle"}, reasons(idle)
     assert set(states(busy[1:])) == {"busy"}, reasons(busy)
-    assert busy[-1].probe_requests == 0
+    assert busy[-1].test_requests == 0
 
 
 async def test_rust_frontend_frozen_scheduler_reads_hung_and_check_says_stuck(
@@ -115,7 +115,7 @@ async def test_rust_frontend_frozen_scheduler_reads_hung_and_check_says_stuck(
                     checked = await run_check(sglang_target(rust_sglang.base_url, "check"))
                 finally:
                     rust_sglang.resume_scheduler()
-                probes = history(service, NAME).probe_requests
+                probes = history(service, NAME).test_requests
         finally:
             done.set()
             await cancel(load)

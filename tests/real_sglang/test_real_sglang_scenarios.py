@@ -96,12 +96,12 @@ async def test_idle_server_reads_idle_with_at_most_one_test_request_per_poll(
             polls = await record_histories(service, NAME, until=lambda h: h.polls >= 4, timeout=120)
         after = await metrics_text(session, real_sglang.base_url)
         assert set(states(polls)) == {"idle"}, reasons(polls)
-        assert 1 <= polls[-1].probe_requests <= polls[-1].polls
+        assert 1 <= polls[-1].test_requests <= polls[-1].polls
         completions = '"/v1/completions"'
         sent = (total(after, "sglang:http_requests_total", completions) or 0) - (
             total(before, "sglang:http_requests_total", completions) or 0
         )
-        assert sent == polls[-1].probe_requests
+        assert sent == polls[-1].test_requests
         await assert_no_unsafe_calls(session, real_sglang.base_url)
 
 
@@ -125,7 +125,7 @@ async def test_four_generations_read_busy_and_get_no_test_request(
             done.set()
             await cancel(load)
         assert set(states(polls[1:])) == {"busy"}, reasons(polls)
-        assert polls[-1].probe_requests == 0
+        assert polls[-1].test_requests == 0
         await assert_no_unsafe_calls(session, real_sglang.base_url)
 
 
@@ -172,7 +172,7 @@ async def test_long_chunked_prefill_reads_busy_and_gets_no_test_request(
         print(f"prefill of {words} words: {reasons(polls)}; the server showed {shown}")
         assert shown[:2] == ["sglang:num_running_reqs 0.0", "sglang:num_queue_reqs 0.0"], shown
         assert set(states(polls[1:])) == {"busy"}, reasons(polls)
-        assert polls[-1].probe_requests == 0
+        assert polls[-1].test_requests == 0
         await assert_no_unsafe_calls(session, real_sglang.base_url)
 
 
@@ -230,7 +230,7 @@ async def test_frozen_scheduler_reads_stalled_twice_and_check_says_stuck(
                         ready_status = ready.status
                 finally:
                     real_sglang.resume_scheduler()
-                probes = history(service, NAME).probe_requests
+                probes = history(service, NAME).test_requests
         finally:
             done.set()
             await cancel(load)
@@ -269,7 +269,7 @@ async def test_scheduler_frozen_in_a_chunked_prefill_reads_stalled_twice(
         assert total(text, "sglang:num_queue_reqs") == 0.0
         assert total(text, "sglang:http_requests_active", '"/generate"') == 1.0
         assert "idle" not in states(polls), reasons(polls)
-        assert polls[-1].probe_requests == 0
+        assert polls[-1].test_requests == 0
         await assert_no_unsafe_calls(session, real_sglang.base_url)
 
 
@@ -333,7 +333,7 @@ async def test_restart_while_loading_gets_no_test_request_then_reads_restarted(
         seen = [(str(o.verdict.state), o.verdict.reason) for o in read]
         print(f"restart: {len(outcomes)} polls, {len(loading)} of them loading; read {seen}")
         assert all(o.verdict.state in (State.RESTARTED, State.UNKNOWN) for o in loading), seen
-        assert sum(o.probes_sent for o in loading) == 0
+        assert sum(o.test_requests_sent for o in loading) == 0
         assert read[0].verdict.state == State.RESTARTED, seen
         assert sum(o.verdict.restart_detected for o in outcomes) == 1, seen
         # Its own warm-up request may read busy; nothing reads stalled or idle before it loaded.

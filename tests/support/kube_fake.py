@@ -1,7 +1,8 @@
 """A protocol-level Kubernetes API for tests: real paths, verbs, bodies and status codes.
 
-It serves what the restarter uses (pods: get, list by labelSelector, delete; pods/eviction:
-create, with PodDisruptionBudgets as kube-apiserver v1.32 applies them; replicasets: get;
+It serves what the restarter uses (pods: get, list by labelSelector, delete, patch of the
+metadata; pods/status: patch, in the four patch types; pods/eviction: create, with
+PodDisruptionBudgets as kube-apiserver v1.32 applies them; services: list; replicasets: get;
 deployments and statefulsets: get, merge-patch; leases: get, create, update with
 resourceVersion conflicts; events: create, and list by fieldSelector as `kubectl describe`
 does) over plain HTTP on loopback, authorizes every request against RBAC rules (403 for
@@ -19,11 +20,25 @@ each rule below names the kube-apiserver source it follows (kubernetes/kubernete
 - Leases: pkg/apis/coordination/validation/validation.go, and the Lease strategy's
   AllowUnconditionalUpdate false (pkg/registry/coordination/lease/strategy.go);
 - Events: pkg/apis/core/validation/events.go (legacyValidateEvent, the core/v1 path), and
-  the fields a selector may name, pkg/registry/core/event/strategy.go (ToSelectableFields).
+  the fields a selector may name, pkg/registry/core/event/strategy.go (ToSelectableFields);
+- pods/status patches, as measured on a real kube-apiserver v1.32.13: a strategic merge patch
+  merges `status.conditions` by `type` (its patchMergeKey, staging/src/k8s.io/api/core/v1/
+  types.go); a JSON merge patch replaces the whole list (`Ready` gone); a JSON patch `add` to
+  `/status/conditions/-` appends a second condition of the same type; server-side apply merges
+  by type; the server sets no `lastTransitionTime` and checks neither a condition's type nor its
+  status; labels and annotations change through `pods/status`, `spec` changes are dropped
+  (podStatusStrategy.PrepareForUpdate, pkg/registry/core/pod/strategy.go); a patch of `pods`
+  keeps the old status (podStrategy.PrepareForUpdate).
+
+A kubelet stands beside it (`kubelet = False`: a wedged one): after each write of a pod it
+recomputes `Ready` from `ContainersReady` and every readiness gate's condition, as the kubelet's
+status manager does (pkg/kubelet/status/generate.go GeneratePodReadyCondition), so a read back
+sees what a real cluster shows a moment later.
 """
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import itertools
 import json
@@ -354,6 +369,100 @@ def merge_patch(target: Any, patch: Any) -> Any:
     return result
 
 
+# The list fields of a pod whose strategic merge key the API's types name (patchMergeKey in
+# staging/src/k8s.io/api/core/v1/types.go); other lists are replaced whole.
+POD_MERGE_KEYS: dict[tuple[str, ...], str] = {
+    ("status", "conditions"): "type",
+    ("status", "containerStatuses"): "name",
+    ("status", "initContainerStatuses"): "name",
+    ("metadata", "ownerReferences"): "uid",
+    ("metadata", "finalizers"): "",  # a set: merged as values
+    ("spec", "containers"): "name",
+    ("spec", "volumes"): "name",
+}
+STRATEGIC = "application/strategic-merge-patch+json"
+MERGE = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+APPLY = "application/apply-patch+yaml"
+PATCH_TYPES = (STRATEGIC, MERGE, JSON_PATCH, APPLY)
+
+
+def strategic_merge(
+    target: Any, patch: Any, keys: dict[tuple[str, ...], str], path: tuple[str, ...] = ()
+) -> Any:
+    """A strategic merge patch (k8s.io/apimachinery/pkg/util/strategicpatch): maps merge, null
+    deletes, a list with a merge key merges its elements by that key (in the stored order, new
+    ones after), any other list is replaced."""
+    if not isinstance(patch, dict):
+        if isinstance(patch, list) and path in keys and isinstance(target, list):
+            key = keys[path]
+            if not key:
+                return list(target) + [v for v in patch if v not in target]
+            merged = [copy.deepcopy(item) for item in target]
+            for item in patch:
+                index = next(
+                    (i for i, old in enumerate(merged) if old.get(key) == item.get(key)), None
+                )
+                if index is None:
+                    merged.append(copy.deepcopy(item))
+                else:
+                    merged[index] = strategic_merge(merged[index], item, keys, (*path, "*"))
+            return merged
+        return copy.deepcopy(patch)
+    result = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = strategic_merge(result.get(key), value, keys, (*path, key))
+    return result
+
+
+def _pointer(path: str) -> list[str]:
+    if not path.startswith("/"):
+        raise Refused(422, "Invalid", f"the path {path!r} does not start with a slash")
+    return [part.replace("~1", "/").replace("~0", "~") for part in path[1:].split("/")]
+
+
+def json_patch(document: Any, operations: Any) -> Any:
+    """RFC 6902 (add, replace, remove, test), as the API server's json-patch applies it: `add`
+    to a list's `-` appends, whatever the list holds."""
+    result = copy.deepcopy(document)
+    if not isinstance(operations, list):
+        raise Refused(400, "BadRequest", "json: cannot unmarshal object into a JSON patch")
+    for op in operations:
+        parts = _pointer(str(op.get("path", "")))
+        parent: Any = result
+        for part in parts[:-1]:
+            parent = parent[int(part)] if isinstance(parent, list) else parent.get(part)
+            if parent is None:
+                raise Refused(422, "Invalid", f"doc is missing path: {op.get('path')}")
+        last = parts[-1]
+        kind = op.get("op")
+        if kind == "add":
+            if isinstance(parent, list):
+                parent.insert(len(parent) if last == "-" else int(last), op.get("value"))
+            else:
+                parent[last] = op.get("value")
+        elif kind == "replace":
+            if isinstance(parent, list):
+                parent[int(last)] = op.get("value")
+            else:
+                parent[last] = op.get("value")
+        elif kind == "remove":
+            if isinstance(parent, list):
+                del parent[int(last)]
+            else:
+                parent.pop(last, None)
+        elif kind == "test":
+            here = parent[int(last)] if isinstance(parent, list) else parent.get(last)
+            if here != op.get("value"):
+                raise Refused(422, "Invalid", "the test operation failed")
+        else:
+            raise Refused(422, "Invalid", f"Unexpected kind: {kind}")
+    return result
+
+
 def granted(rules: list[dict[str, Any]]) -> set[Call]:
     """Every (apiGroup, resource, verb) a list of RBAC PolicyRules allows."""
     return {
@@ -378,7 +487,10 @@ def make_pod(
     phase: str = "Running",
     ready: bool = True,
     node: str | None = "node-1",
+    readiness_gates: list[str] | None = None,
 ) -> dict[str, Any]:
+    """A pod as the API stores it once its kubelet has reported. `ready`: its containers are
+    ready (and the pod is Ready, unless a readiness gate's condition is missing or False)."""
     metadata: dict[str, Any] = {"name": name, "namespace": namespace, "labels": labels or {}}
     if owner is not None:
         kind, owner_name = owner
@@ -393,9 +505,19 @@ def make_pod(
             }
         ]
     # A pod is healthy to a PodDisruptionBudget when its Ready condition is True
-    # (pkg/api/pod/util.go IsPodReady).
-    condition = {"type": "Ready", "status": "True" if ready else "False"}
-    status_part: dict[str, Any] = {"phase": phase, "conditions": [condition]}
+    # (pkg/api/pod/util.go IsPodReady). A gate without its condition counts False.
+    gated_ready = ready and not readiness_gates
+    stamp = "2026-12-01T00:00:00Z"
+    conditions = [
+        {"type": kind, "status": "True" if value else "False", "lastTransitionTime": stamp}
+        for kind, value in (
+            ("PodScheduled", node is not None),
+            ("Initialized", True),
+            ("ContainersReady", ready),
+            ("Ready", gated_ready),
+        )
+    ]
+    status_part: dict[str, Any] = {"phase": phase, "conditions": conditions}
     if pod_ip is not None:
         status_part["podIP"] = pod_ip
     return {
@@ -413,6 +535,11 @@ def make_pod(
             # What the API server fills in when a manifest leaves it out: 30.
             "terminationGracePeriodSeconds": grace_period,
             **({"nodeName": node} if node else {}),
+            **(
+                {"readinessGates": [{"conditionType": gate} for gate in readiness_gates]}
+                if readiness_gates
+                else {}
+            ),
         },
         "status": status_part,
     }
@@ -436,6 +563,14 @@ class FakeKube:
         # The gracePeriodSeconds each eviction or delete asked for (None: not given).
         self.grace_periods: dict[Key, int | None] = {}
         self.patches: list[tuple[str, str, str, dict[str, Any]]] = []
+        # Every patch of a pod or its status: (namespace, pod, subresource or "", content type,
+        # body).
+        self.pod_patches: list[tuple[str, str, str, str, Any]] = []
+        self.services: dict[Key, dict[str, Any]] = {}
+        # The kubelet recomputes Ready after each write of a pod (False: it is wedged).
+        self.kubelet = True
+        # The open watches of pods: (namespace, queue of (event type, pod); None ends it).
+        self._watchers: list[tuple[str, asyncio.Queue[tuple[str, dict[str, Any]] | None]]] = []
         self._versions = itertools.count(1)
         self._names = itertools.count(1)
         self.app = web.Application()
@@ -450,6 +585,42 @@ class FakeKube:
         meta.setdefault("uid", str(uuid.uuid4()))
         meta["resourceVersion"] = str(next(self._versions))
         self.pods[(meta["namespace"], meta["name"])] = pod
+        self._emit("ADDED", pod)
+
+    def _emit(self, kind: str, pod: dict[str, Any]) -> None:
+        """Tell every open watch of the pod's namespace."""
+        for namespace, queue in self._watchers:
+            if namespace == pod["metadata"]["namespace"]:
+                queue.put_nowait((kind, copy.deepcopy(pod)))
+
+    async def close(self) -> None:
+        """End every open watch (as the API server does when it shuts down), then stop."""
+        for _, queue in self._watchers:
+            queue.put_nowait(None)
+        await self.server.close()
+
+    def add_service(
+        self,
+        namespace: str,
+        name: str,
+        selector: dict[str, str],
+        *,
+        publish_not_ready: bool = False,
+    ) -> None:
+        spec: dict[str, Any] = {"selector": selector, "ports": [{"name": "http", "port": 8000}]}
+        if publish_not_ready:
+            spec["publishNotReadyAddresses"] = True
+        self.services[(namespace, name)] = {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": name, "namespace": namespace, "resourceVersion": "1"},
+            "spec": spec,
+        }
+
+    def condition(self, namespace: str, pod: str, kind: str) -> list[dict[str, Any]]:
+        """Every condition of that type the pod's status holds (a writer may append two)."""
+        conditions = self.pods[(namespace, pod)]["status"].get("conditions") or []
+        return [c for c in conditions if c.get("type") == kind]
 
     def add_pdb(
         self,
@@ -493,13 +664,19 @@ class FakeKube:
             },
         }
 
-    def add_workload(self, resource: str, namespace: str, name: str) -> None:
+    def add_workload(
+        self,
+        resource: str,
+        namespace: str,
+        name: str,
+        selector: dict[str, Any] | None = None,
+    ) -> None:
         self.workloads[(resource, namespace, name)] = {
             "apiVersion": "apps/v1",
             "kind": "Deployment" if resource == "deployments" else "StatefulSet",
             "metadata": {"name": name, "namespace": namespace, "resourceVersion": "1"},
             "spec": {
-                "selector": {"matchLabels": {"app": name}},
+                "selector": selector or {"matchLabels": {"app": name}},
                 "template": {
                     "metadata": {"labels": {"app": name}},
                     "spec": {"containers": [{"name": "server", "image": "vllm"}]},
@@ -507,7 +684,13 @@ class FakeKube:
             },
         }
 
-    def add_replicaset(self, namespace: str, name: str, deployment: str) -> None:
+    def add_replicaset(
+        self,
+        namespace: str,
+        name: str,
+        deployment: str,
+        selector: dict[str, Any] | None = None,
+    ) -> None:
         self.replicasets[(namespace, name)] = {
             "apiVersion": "apps/v1",
             "kind": "ReplicaSet",
@@ -524,7 +707,7 @@ class FakeKube:
                     }
                 ],
             },
-            "spec": {"selector": {"matchLabels": {"app": deployment}}},
+            "spec": {"selector": selector or {"matchLabels": {"app": deployment}}},
         }
 
     def kubeconfig(self, directory: Path, *, admin: bool = False) -> Path:
@@ -571,6 +754,8 @@ class FakeKube:
             "PATCH": "patch",
             "DELETE": "delete",
         }.get(request.method, "unknown")
+        if verb == "list" and request.query.get("watch") in ("true", "True", "1"):
+            verb = "watch"
         if request.method == "POST" and name is not None and sub is None:
             return status(405, "MethodNotAllowed", "POST on a named object")
         call = (group, f"{resource}/{sub}" if sub else resource, verb)
@@ -628,7 +813,9 @@ class FakeKube:
 
     async def _pods(
         self, request: web.Request, verb: str, namespace: str, name: str | None, sub: str | None
-    ) -> web.Response:
+    ) -> web.StreamResponse:
+        if verb == "watch":
+            return await self._watch_pods(request, namespace)
         if verb == "list":
             wanted = dict(
                 term.split("=", 1)
@@ -652,6 +839,8 @@ class FakeKube:
             return web.json_response(pod)
         if sub == "eviction":
             return self._evict(await request.json(), namespace, name, pod)
+        if verb == "patch" and sub in (None, "status"):
+            return await self._patch_pod(request, namespace, name, pod, sub)
         if verb == "delete":
             self.deleted.append((namespace, name))
             body = await request.json() if request.can_read_body else {}
@@ -661,6 +850,136 @@ class FakeKube:
                 self._delete_pod(namespace, name, None if grace is None else int(grace))
             )
         return status(405, "MethodNotAllowed", f"{verb} on pods")
+
+    async def _watch_pods(self, request: web.Request, namespace: str) -> web.StreamResponse:
+        """A watch of the namespace's pods, as the API streams it: one JSON event a line, every
+        pod first (ADDED: a watch without a resourceVersion starts from the state now), then
+        each change, until `timeoutSeconds` or the server's shutdown."""
+        timeout = float(request.query.get("timeoutSeconds", "1800"))
+        queue: asyncio.Queue[tuple[str, dict[str, Any]] | None] = asyncio.Queue()
+        for key, pod in sorted(self.pods.items()):
+            if key[0] == namespace:
+                queue.put_nowait(("ADDED", copy.deepcopy(pod)))
+        watcher = (namespace, queue)
+        self._watchers.append(watcher)
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        await response.prepare(request)
+        deadline = asyncio.get_running_loop().time() + timeout
+        try:
+            while True:
+                left = deadline - asyncio.get_running_loop().time()
+                if left <= 0:
+                    break
+                try:
+                    event = await asyncio.wait_for(queue.get(), left)
+                except TimeoutError:
+                    break
+                if event is None:
+                    break
+                line = json.dumps({"type": event[0], "object": event[1]}) + "\n"
+                await response.write(line.encode())
+            await response.write_eof()
+        except (ConnectionResetError, RuntimeError):
+            pass  # the client went away
+        finally:
+            self._watchers.remove(watcher)
+        return response
+
+    async def _patch_pod(
+        self,
+        request: web.Request,
+        namespace: str,
+        name: str,
+        pod: dict[str, Any],
+        sub: str | None,
+    ) -> web.Response:
+        """PATCH of a pod or its status, in the content type given (415 for another)."""
+        kind = request.content_type
+        if kind not in PATCH_TYPES:
+            return status(
+                415,
+                "UnsupportedMediaType",
+                f"the body of the request was in an unknown format - accepted media types "
+                f"include: {', '.join(PATCH_TYPES)}",
+            )
+        if kind == APPLY and not request.query.get("fieldManager"):
+            raise Refused(
+                400, "BadRequest", "PATCH /apply requires the fieldManager query parameter"
+            )
+        text = await request.text()
+        body = yaml.safe_load(text) if kind == APPLY else json.loads(text)
+        self.pod_patches.append((namespace, name, sub or "", kind, body))
+        if kind == MERGE:
+            patched = merge_patch(pod, body)
+        elif kind == JSON_PATCH:
+            patched = json_patch(pod, body)
+        else:
+            patched = strategic_merge(pod, body, POD_MERGE_KEYS)
+        meta = dict(pod["metadata"])
+        new_meta = patched.get("metadata") or {}
+        # Labels and annotations change through either; identity fields never do.
+        for key in ("labels", "annotations"):
+            if key in new_meta:
+                meta[key] = new_meta[key]
+            else:
+                meta.pop(key, None)
+        if sub == "status":
+            # podStatusStrategy: the spec as stored, whatever the patch said.
+            stored = {**pod, "metadata": meta, "status": patched.get("status") or {}}
+        else:
+            if patched.get("spec") != pod["spec"]:
+                raise unprocessable(
+                    "Pod",
+                    name,
+                    [
+                        (
+                            "spec",
+                            "FieldValueForbidden",
+                            "Forbidden: pod updates may not change fields other than "
+                            "`spec.containers[*].image`, `spec.initContainers[*].image`, "
+                            "`spec.activeDeadlineSeconds`, `spec.tolerations` (only additions "
+                            "to existing tolerations), `spec.terminationGracePeriodSeconds` "
+                            "(allow it to be set to 1 if it was previously negative)",
+                        )
+                    ],
+                )
+            # podStrategy: the status as stored.
+            stored = {**pod, "metadata": meta, "status": pod["status"]}
+        meta["resourceVersion"] = str(next(self._versions))
+        self.pods[(namespace, name)] = stored
+        self._kubelet_sync(stored)
+        self._emit("MODIFIED", stored)
+        return web.json_response(stored)
+
+    def _kubelet_sync(self, pod: dict[str, Any]) -> None:
+        """The kubelet's Ready: ContainersReady and every readiness gate's condition True
+        (GeneratePodReadyCondition); it writes only when it changes."""
+        if not self.kubelet:
+            return
+        conditions = pod["status"].setdefault("conditions", [])
+        by_type = {c.get("type"): c for c in conditions}
+        gates = [g["conditionType"] for g in pod["spec"].get("readinessGates") or []]
+        containers = (by_type.get("ContainersReady") or {}).get("status") == "True"
+        ready = containers and all(
+            (by_type.get(gate) or {}).get("status") == "True" for gate in gates
+        )
+        wanted = "True" if ready else "False"
+        current = by_type.get("Ready")
+        if current is None:
+            conditions.append({"type": "Ready", "status": wanted})
+        elif current.get("status") != wanted:
+            current["status"] = wanted
+            current["lastTransitionTime"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+    async def _services(
+        self, request: web.Request, verb: str, namespace: str, name: str | None, sub: str | None
+    ) -> web.Response:
+        if verb != "list":
+            return status(405, "MethodNotAllowed", f"{verb} on services")
+        items = [svc for (ns, _), svc in sorted(self.services.items()) if ns == namespace]
+        return web.json_response(
+            {"apiVersion": "v1", "kind": "ServiceList", "metadata": {}, "items": items}
+        )
 
     def _evict(
         self, body: dict[str, Any], namespace: str, name: str, pod: dict[str, Any]
@@ -795,6 +1114,7 @@ class FakeKube:
             )
             meta["deletionGracePeriodSeconds"] = period
             meta["resourceVersion"] = str(next(self._versions))
+            self._emit("MODIFIED", pod)
         return pod
 
     def terminating(self) -> list[Key]:
@@ -813,6 +1133,7 @@ class FakeKube:
         """Remove a pod; a LeaderWorkerSet leader takes its group's workers with it (they
         belong to the leader, so the garbage collector deletes them)."""
         pod = self.pods.pop((namespace, name))
+        self._emit("DELETED", pod)
         labels = pod["metadata"]["labels"]
         if labels.get(LWS_WORKER) == "0" and LWS_NAME in labels:
             for key, other in list(self.pods.items()):
@@ -822,7 +1143,7 @@ class FakeKube:
                     and theirs.get(LWS_NAME) == labels[LWS_NAME]
                     and theirs.get(LWS_GROUP) == labels.get(LWS_GROUP)
                 ):
-                    del self.pods[key]
+                    self._emit("DELETED", self.pods.pop(key))
 
     async def _replicasets(
         self, request: web.Request, verb: str, namespace: str, name: str | None, sub: str | None

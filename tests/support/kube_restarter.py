@@ -20,13 +20,18 @@ from stallwatch.simulator.testing import SimHandle
 from tests.support.kube_fake import FakeKube
 from tests.support.restarter import AUTH, STARTS_AT, TOKEN, payload
 
-RBAC = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes" / "restarter" / "rbac.yaml"
+RESTARTER = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes" / "restarter"
+RBAC = RESTARTER / "rbac.yaml"
 SERVER_LABELS = {"app.kubernetes.io/name": "vllm"}
 
 
-def role_rules() -> list[dict[str, Any]]:
-    """The rules of the restarter's ClusterRole and Role, as shipped."""
-    docs = [d for d in yaml.safe_load_all(RBAC.read_text()) if d]
+def role_rules(quarantine_mode: str = "readiness_gate") -> list[dict[str, Any]]:
+    """The rules of the restarter's ClusterRoles and Role, as shipped, with those of a
+    quarantine mode (rbac-<mode>.yaml; the default one is in the kustomization)."""
+    files = [RBAC]
+    if quarantine_mode != "off":
+        files.append(RESTARTER / f"rbac-{quarantine_mode.replace('_', '-')}.yaml")
+    docs = [d for path in files for d in yaml.safe_load_all(path.read_text()) if d]
     return [rule for d in docs if d["kind"] in ("ClusterRole", "Role") for rule in d["rules"]]
 
 
@@ -37,7 +42,7 @@ async def fake_kube(rules: list[dict[str, Any]] | None = None) -> AsyncIterator[
     try:
         yield fake
     finally:
-        await fake.server.close()
+        await fake.close()
 
 
 class Clock:
@@ -57,11 +62,15 @@ def write_config(
     extra_rule: dict[str, Any] | None = None,
     more_rules: list[dict[str, Any]] | None = None,
     targets: list[dict[str, Any]] | None = None,
+    quarantine_mode: str | None = None,
+    top: dict[str, Any] | None = None,
 ) -> RestarterConfig:
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "token").write_text(TOKEN + "\n")
     (directory / "token").chmod(0o600)
     kubernetes: dict[str, Any] = {"kubeconfig": str(fake.kubeconfig(directory))}
+    if quarantine_mode is not None:
+        kubernetes["quarantine_mode"] = quarantine_mode
     if identity is not None:
         kubernetes["lease"] = {
             "name": "stallwatch-restarter",
@@ -89,6 +98,7 @@ def write_config(
     }
     if targets:
         document["targets"] = targets
+    document.update(top or {})
     path = directory / "restarter.yml"
     path.write_text(yaml.safe_dump(document))
     return load_restarter_config(path)

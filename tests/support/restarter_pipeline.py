@@ -18,6 +18,8 @@ from typing import Any
 import aiohttp
 import pytest
 
+from stallwatch.core.classify import State
+from stallwatch.exporter.service import ExporterService
 from stallwatch.simulator.load import LoadSummary, run_load
 from stallwatch.simulator.testing import SimProcess, start_simulator_process
 from tests.support.alerting_stack import (
@@ -27,10 +29,12 @@ from tests.support.alerting_stack import (
     poll,
     running_stack,
 )
+from tests.support.exporter import wait_for_state
 from tests.support.pipeline import (
     TIMEOUT,
     Restarter,
     restarter_process,
+    seen_in_state,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -227,3 +231,11 @@ async def loaded(
 
 def rows(entries: list[dict[str, Any]], name: str, decision: str) -> list[dict[str, Any]]:
     return [e for e in entries if e["target"] == name and e["decision"] == decision]
+
+
+async def wait_until_busy(
+    stack: RestarterStack, service: ExporterService, name: str, interval: float = 0.5
+) -> None:
+    await wait_for_state(service, name, State.BUSY, polls=2, timeout=3 * interval + TIMEOUT)
+    await seen_in_state(stack, name, "busy")
+    await stack.wait_for_query('up{job="stallwatch-restarter"} == 1', TIMEOUT)

@@ -44,7 +44,7 @@ class Case:
     previous: str | None
     current: str
     state: State
-    probe_needed: bool = False
+    test_request_needed: bool = False
     restart: bool = False
     reason: str = ""
     gap: float = 15.0
@@ -58,6 +58,6 @@ def judge(case: Case, kind: str = "auto") -> Verdict:
 def check(case: Case, kind: str = "auto") -> None:
     verdict = judge(case, kind)
     assert verdict.state == case.state, verdict.reason
-    assert verdict.probe_needed == case.probe_needed, verdict.reason
+    assert verdict.test_request_needed == case.test_request_needed, verdict.reason
     assert verdict.restart_detected == case.restart, verdict.reason
     assert case.reason in verdict.reason

@@ -290,3 +290,45 @@ def test_progress_seen_by_a_look_closes_the_window_as_a_near_miss() -> None:
     assert outcome.near_miss is not None
     assert outcome.settled is not None
     assert outcome.settled.reason == "recovered_in_window"
+
+
+def test_a_counter_that_turns_nan_in_a_window_is_not_nothing_moved() -> None:
+    """A counter that was a number at the window's first look and is NaN at its end leaves no
+    evidence of a stall: the window does not act on it."""
+    from stallwatch.core.restart_window import moved_since
+
+    first = reading(10)
+    nan = EngineSample("tiny", "0", running=4.0, waiting=0.0, steps=float("nan"))
+    last = Reading(taken_at=NOW, engines=(nan,), process_start_time=1.0)
+    assert moved_since(first, reading(10)) is None
+    moved = moved_since(first, last)
+    assert moved is not None
+    assert "NaN" in moved
+
+
+def test_a_reload_moves_the_open_window_and_its_waiting_alert() -> None:
+    """A longer restart_after after a reload applies to the open window and its waiting alert."""
+    from stallwatch.core.alert_plan import followed_config
+
+    memory = opened(AlertMemory())
+    memory = memory.with_waiting(
+        alert_key(stuck("gpu0")), Waiting(stuck("gpu0"), "restart_window", NOW, NOW + 300)
+    )
+    after = followed_config(memory, config("gpu0", restart_after=900.0))
+    assert after.windows["gpu0"].due_at == NOW + 900
+    assert after.waiting[alert_key(stuck("gpu0"))].until == NOW + 900
+    assert followed_config(memory, config("gpu0")) == memory
+
+
+def test_a_hung_window_acts_at_its_end_when_no_look_saw_it_answer() -> None:
+    """Documented: a hung server's window (no first reading) acts at its end on two unanswered
+    reads; an answer with engine series seen in between would have been movement."""
+    from stallwatch.core.restart_window import judge_window, moved_since
+
+    window = RestartWindow("k", "gpu0", NOW, 300.0, None)
+    hung = Confirmation(False, "no_answer", "connected, no answer", reading=None)
+    judged = judge_window(
+        window, alert="k", target="gpu0", restart_after=300.0, confirmation=hung, now=NOW + 300
+    )
+    assert judged.step == "act"
+    assert moved_since(None, reading(10)) == "the server answers again"

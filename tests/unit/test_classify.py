@@ -7,7 +7,13 @@ from dataclasses import dataclass
 
 import pytest
 
-from stallwatch.core.classify import State, classify, down, restart_evidence, with_probe_result
+from stallwatch.core.classify import (
+    State,
+    classify,
+    down,
+    restart_evidence,
+    with_test_request_result,
+)
 from stallwatch.core.reading import Reading, parse_reading
 from tests.support.real_payloads import real_payload
 
@@ -73,7 +79,7 @@ class Case:
     previous: str | None
     current: str
     state: State
-    probe_needed: bool = False
+    test_request_needed: bool = False
     restart_detected: bool = False
 
 
@@ -101,7 +107,7 @@ def test_decision_table_on_real_payloads(case: Case) -> None:
     previous = read(fixture(case.previous), 0.0) if case.previous else None
     verdict = classify(previous, read(fixture(case.current), 1.0))
     assert verdict.state == case.state, verdict.reason
-    assert verdict.probe_needed == case.probe_needed
+    assert verdict.test_request_needed == case.test_request_needed
     assert verdict.restart_detected == case.restart_detected
 
 
@@ -110,7 +116,7 @@ def test_requests_completed_without_work_is_idle_without_a_test_request() -> Non
     busy = fixture(BUSY_2)
     verdict = classify(read(busy, 0.0), read(finished(busy), 1.0))
     assert verdict.state == State.IDLE
-    assert not verdict.probe_needed
+    assert not verdict.test_request_needed
 
 
 def test_sleeping_engine_is_sleeping() -> None:
@@ -118,7 +124,7 @@ def test_sleeping_engine_is_sleeping() -> None:
     idle = fixture(IDLE)
     verdict = classify(read(idle, 0.0), read(sleeping(idle), 1.0))
     assert verdict.state == State.SLEEPING
-    assert not verdict.probe_needed
+    assert not verdict.test_request_needed
 
 
 def test_restart_detected_by_start_time_with_work() -> None:
@@ -126,7 +132,7 @@ def test_restart_detected_by_start_time_with_work() -> None:
     verdict = classify(read(fixture(BUSY_2), 0.0), read(new_process(fixture(BUSY_1)), 1.0))
     assert verdict.state == State.RESTARTED
     assert verdict.restart_detected
-    assert not verdict.probe_needed  # the new process has work
+    assert not verdict.test_request_needed  # the new process has work
     assert verdict.steps_per_second is None
 
 
@@ -134,7 +140,7 @@ def test_restart_detected_by_start_time_when_idle_asks_for_a_test_request() -> N
     """A restarted process with no work may get one test request."""
     verdict = classify(read(fixture(BUSY_2), 0.0), read(new_process(fixture(IDLE)), 1.0))
     assert verdict.state == State.RESTARTED
-    assert verdict.probe_needed
+    assert verdict.test_request_needed
 
 
 def test_restart_detected_by_counter_going_down_without_start_time() -> None:
@@ -159,7 +165,7 @@ def test_multiprocess_gauges_without_samples_do_not_break_the_decision() -> None
     verdict = classify(read(payload, 0.0), read(payload, 1.0))
     assert verdict.running is None
     assert verdict.state == State.IDLE
-    assert verdict.probe_needed
+    assert verdict.test_request_needed
 
 
 def two_engines(steps_0: float, steps_1: float, running: float = 2.0) -> str:
@@ -203,23 +209,23 @@ def test_a_server_with_work_is_never_asked_for_a_test_request() -> None:
     )
     verdict = classify(read(payload_0, 0.0), read(payload_1, 1.0))
     assert verdict.state == State.BUSY
-    assert not verdict.probe_needed
+    assert not verdict.test_request_needed
 
 
 def test_failed_test_request_makes_an_idle_server_unresponsive() -> None:
     """The idle test request settles the verdict: failure is unresponsive, success idle."""
     idle = read(fixture(IDLE), 0.0)
     pending = classify(idle, read(fixture(IDLE), 1.0))
-    assert with_probe_result(pending, False, "timeout").state == State.UNRESPONSIVE
-    settled = with_probe_result(pending, True, "answered")
+    assert with_test_request_result(pending, False, "timeout").state == State.UNRESPONSIVE
+    settled = with_test_request_result(pending, True, "answered")
     assert settled.state == State.IDLE
-    assert not settled.probe_needed
+    assert not settled.test_request_needed
 
 
 def test_probe_result_never_changes_a_verdict_that_did_not_ask_for_one() -> None:
     """A busy verdict stays busy whatever a test request would say."""
     busy = classify(read(fixture(BUSY_1), 0.0), read(fixture(BUSY_2), 1.0))
-    assert with_probe_result(busy, False, "timeout") is busy
+    assert with_test_request_result(busy, False, "timeout") is busy
 
 
 def test_down_verdict() -> None:

@@ -49,9 +49,11 @@ def test_sim_sleep_idle_takes_a_duration_seconds_or_never(text: str, seconds: fl
 
 
 def test_check_takes_the_same_durations() -> None:
-    """`stallwatch check --interval 60s --timeout 1m30s --probe-timeout 500ms` parses."""
-    args = parse("check", URL, "--interval", "60s", "--timeout", "1m30s", "--probe-timeout", "2s")
-    assert (args.interval, args.timeout, args.probe_timeout) == (60.0, 90.0, 2.0)
+    """`stallwatch check --interval 60s --timeout 1m30s --test-request-timeout 2s` parses."""
+    args = parse(
+        "check", URL, "--interval", "60s", "--timeout", "1m30s", "--test-request-timeout", "2s"
+    )
+    assert (args.interval, args.timeout, args.test_request_timeout) == (60.0, 90.0, 2.0)
 
 
 def _options(parser: argparse.ArgumentParser, path: str) -> list[tuple[str, argparse.Action]]:
@@ -77,3 +79,14 @@ def test_no_time_option_takes_a_bare_float() -> None:
     assert bare == []
     typed = {where for where, a in timed if a.type in (positive_duration, duration_or_seconds)}
     assert "stallwatch sim load --duration" in typed
+
+
+def test_the_old_test_request_flags_still_work_and_say_they_are_deprecated(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`--no-probe` and `--probe-timeout` set the new flags and warn on stderr (until 0.3)."""
+    args = parse("check", URL, "--no-probe", "--probe-timeout", "3s")
+    assert (args.no_test_request, args.test_request_timeout) == (True, 3.0)
+    err = capsys.readouterr().err
+    assert "--no-probe is deprecated (removed in 0.3): use --no-test-request" in err
+    assert "--probe-timeout is deprecated (removed in 0.3): use --test-request-timeout" in err

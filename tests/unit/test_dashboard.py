@@ -70,6 +70,8 @@ RESTARTER_METRICS = frozenset(
         "stallwatch_restarter_budget_exhausted",
         "stallwatch_restarter_last_restart_timestamp_seconds",
         "stallwatch_restarter_build_info",
+        "stallwatch_restarter_routable",
+        "stallwatch_restarter_quarantine_seconds",
         *(
             f"{name}{suffix}"
             for name in RESTARTER_HISTOGRAMS
@@ -408,3 +410,32 @@ def test_every_panel_says_what_it_shows() -> None:
     for panel in query_panels(load_dashboard()):
         assert panel["title"].strip()
         assert len(panel.get("description", "")) >= 40, panel["title"]
+
+
+def test_the_out_of_rotation_row_shows_the_verdict_and_time_out_per_target() -> None:
+    """A row "Out of rotation" holds, per target, the routable 0/1 verdict (as in and out of
+    rotation) and the time out of rotation, both filtered by the target variable."""
+    dashboard = load_dashboard()
+    top = dashboard["panels"]
+    (row_index,) = [
+        i for i, p in enumerate(top) if p["type"] == "row" and p["title"] == "Out of rotation"
+    ]
+    row = top[row_index]
+    below = [p for p in top[row_index + 1 :] if p["gridPos"]["y"] > row["gridPos"]["y"]]
+    by_metric = {
+        name: [p for p in below if any(name in t["expr"] for t in p["targets"])]
+        for name in ("stallwatch_restarter_routable", "stallwatch_restarter_quarantine_seconds")
+    }
+    (verdict,) = [
+        p for p in by_metric["stallwatch_restarter_routable"] if p["type"] == "state-timeline"
+    ]
+    (mapping,) = verdict["fieldConfig"]["defaults"]["mappings"]
+    assert {code: entry["text"] for code, entry in mapping["options"].items()} == {
+        "0": "out of rotation",
+        "1": "in rotation",
+    }
+    (seconds,) = by_metric["stallwatch_restarter_quarantine_seconds"]
+    assert seconds["fieldConfig"]["defaults"]["unit"] == "s"
+    for panel in (verdict, seconds):
+        assert all('target=~"$target"' in t["expr"] for t in panel["targets"])
+        assert "{{target}}" in panel["targets"][0]["legendFormat"]

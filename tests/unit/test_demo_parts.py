@@ -8,20 +8,24 @@ import pytest
 
 from stallwatch.cli import build_parser
 from stallwatch.demo.cli import run_restart_helper
-from stallwatch.demo.observer import TargetView, parse_exporter_metrics, probes_while_busy
+from stallwatch.demo.observer import TargetView, parse_exporter_metrics, requests_sent_while_busy
 from stallwatch.demo.supervisor import ask_supervisor_to_restart, restart_helper_argv
 
 
-def test_probes_while_busy_counts_only_polls_with_work() -> None:
+def test_test_requests_while_busy_counts_only_polls_with_work() -> None:
     """A test request counts against the server only when the poll that sent it read work."""
-    idle = TargetView(state="idle", polls=10, probes=3)
-    assert probes_while_busy(idle, TargetView(state="idle", polls=11, probes=4)) == (1, 0)
-    assert probes_while_busy(idle, TargetView(state="busy", polls=11, probes=4)) == (1, 1)
+
+    def view(state: str, polls: int, sent: int) -> TargetView:
+        return TargetView(state=state, polls=polls, test_requests=sent)
+
+    idle = view("idle", 10, 3)
+    assert requests_sent_while_busy(idle, view("idle", 11, 4)) == (1, 0)
+    assert requests_sent_while_busy(idle, view("busy", 11, 4)) == (1, 1)
     # Two polls between reads: idle then busy may hide an idle poll that sent it.
-    assert probes_while_busy(idle, TargetView(state="busy", polls=12, probes=4)) == (1, 0)
-    busy = TargetView(state="busy", polls=10, probes=3)
-    assert probes_while_busy(busy, TargetView(state="stalled", polls=12, probes=5)) == (2, 2)
-    assert probes_while_busy(busy, TargetView(state="busy", polls=11, probes=3)) == (0, 0)
+    assert requests_sent_while_busy(idle, view("busy", 12, 4)) == (1, 0)
+    busy = view("busy", 10, 3)
+    assert requests_sent_while_busy(busy, view("stalled", 12, 5)) == (2, 2)
+    assert requests_sent_while_busy(busy, view("busy", 11, 3)) == (0, 0)
 
 
 def test_parse_exporter_metrics_reads_the_state_set() -> None:
@@ -48,7 +52,9 @@ def test_parse_exporter_metrics_reads_the_state_set() -> None:
         ]
     )
     views = parse_exporter_metrics(text)
-    assert views == {"gpu-a": TargetView(state="busy", polls=42, probes=7, up=True, running=4.0)}
+    assert views == {
+        "gpu-a": TargetView(state="busy", polls=42, test_requests=7, up=True, running=4.0)
+    }
 
 
 def test_restart_helper_argv_is_a_stallwatch_subcommand() -> None:

@@ -10,7 +10,7 @@ from stallwatch.core.history import PollOutcome, TargetHistory
 from stallwatch.core.reading import parse_reading
 from stallwatch.exporter import check_cli
 from stallwatch.exporter.collector import engine_label
-from stallwatch.net.fetch import probe_request
+from stallwatch.net.fetch import idle_request_body
 from tests.unit.engine_support import payload
 
 
@@ -40,11 +40,11 @@ def test_engine_label_of_a_forced_kind_and_a_proxy() -> None:
 
 def test_test_request_without_a_model_name_leaves_the_field_out() -> None:
     """llama.cpp and TGI publish no model name: the request names none, max_tokens stays 1."""
-    path, body = probe_request("", "completions")
+    path, body = idle_request_body("", "completions")
     assert path == "/v1/completions"
     assert "model" not in body
     assert body["max_tokens"] == 1
-    assert probe_request("tiny", "chat")[1]["model"] == "tiny"
+    assert idle_request_body("tiny", "chat")[1]["model"] == "tiny"
 
 
 def test_config_kind_defaults_to_auto_and_sets_the_metrics_path() -> None:

@@ -51,10 +51,10 @@ def test_a_stall_the_engine_holds_for_recovery_is_unknown() -> None:
 
 def test_an_idle_test_request_to_a_held_engine_is_not_sent() -> None:
     """Gauges at 0 (its requests aborted) and a faulted engine: no test request."""
-    idle = Verdict(State.IDLE, "no work and nothing completed", probe_needed=True)
+    idle = Verdict(State.IDLE, "no work and nothing completed", test_request_needed=True)
     held = held_by_engine_fault_tolerance(idle, ("engine 0 unhealthy",))
     assert held.state == State.UNKNOWN
-    assert not held.probe_needed
+    assert not held.test_request_needed
 
 
 @pytest.mark.parametrize("state", [State.BUSY, State.IDLE, State.UNKNOWN])

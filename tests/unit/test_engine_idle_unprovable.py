@@ -30,7 +30,7 @@ def test_trtllm_idle_to_busy_with_gauges_still_zero_sends_no_test_request() -> N
     # requests in flight leave the payload exactly as it was while idle.
     verdict = classify(read(TRT_IDLE, 0.0), read(TRT_IDLE, 15.0))
     assert verdict.state == State.UNKNOWN, verdict.reason
-    assert not verdict.probe_needed
+    assert not verdict.test_request_needed
     assert "idle is unprovable" in verdict.reason
 
 
@@ -38,7 +38,7 @@ def test_trtllm_first_read_without_work_sends_no_test_request() -> None:
     """The first read of a trtllm-serve with gauges at 0 is unknown, never idle by a test."""
     verdict = classify(None, read(TRT_IDLE, 0.0))
     assert verdict.state == State.UNKNOWN, verdict.reason
-    assert not verdict.probe_needed
+    assert not verdict.test_request_needed
 
 
 def test_trtllm_restart_without_work_sends_no_test_request() -> None:
@@ -46,7 +46,7 @@ def test_trtllm_restart_without_work_sends_no_test_request() -> None:
     restarted = set_sample(TRT_IDLE, TRT_SUCCESS, "1.0")
     verdict = classify(read(TRT_IDLE, 0.0), read(restarted, 15.0))
     assert verdict.state == State.RESTARTED
-    assert not verdict.probe_needed
+    assert not verdict.test_request_needed
     assert "no test request" in verdict.reason
 
 
@@ -56,7 +56,7 @@ def test_trtllm_requests_completed_with_no_work_is_idle_by_real_traffic() -> Non
     verdict = classify(read(TRT_IDLE, 0.0), read(completed, 15.0))
     assert verdict.state == State.IDLE
     assert verdict.progressed
-    assert not verdict.probe_needed
+    assert not verdict.test_request_needed
 
 
 def test_sglang_generation_in_flight_with_gauges_zero_and_nothing_moved_reads_stalled() -> None:
@@ -67,7 +67,7 @@ def test_sglang_generation_in_flight_with_gauges_zero_and_nothing_moved_reads_st
     busy = set_sample(SG_IDLE, SG_GENERATING, "1.0")
     verdict = classify(read(SG_IDLE, 0.0), read(busy, 15.0))
     assert verdict.state == State.STALLED, verdict.reason
-    assert not verdict.probe_needed
+    assert not verdict.test_request_needed
     assert "in flight at the HTTP layer" in verdict.reason
 
 
@@ -78,7 +78,7 @@ def test_sglang_generation_in_flight_without_an_idle_loop_counter_sends_no_test_
     busy = set_sample(idle, SG_GENERATING, "1.0")
     verdict = classify(read(idle, 0.0), read(busy, 15.0))
     assert verdict.state == State.UNKNOWN, verdict.reason
-    assert not verdict.probe_needed
+    assert not verdict.test_request_needed
     assert "in flight at the HTTP layer" in verdict.reason
 
 
@@ -88,14 +88,14 @@ def test_sglang_in_flight_request_with_the_idle_loop_turning_lets_the_test_decid
     after = set_sample(before, SG_IDLE_SECONDS, "1826.204")
     verdict = classify(read(before, 0.0), read(after, 15.0))
     assert verdict.state == State.IDLE, verdict.reason
-    assert verdict.probe_needed
+    assert verdict.test_request_needed
 
 
 def test_sglang_nothing_in_flight_and_gauges_zero_still_asks_for_the_test_request() -> None:
     """SGLang: gauges 0 and no generation in flight: idle, the test request decides."""
     verdict = classify(read(SG_IDLE, 0.0), read(SG_IDLE, 15.0))
     assert verdict.state == State.IDLE
-    assert verdict.probe_needed
+    assert verdict.test_request_needed
 
 
 @pytest.mark.parametrize("kind", sorted(PROFILES))
@@ -111,7 +111,7 @@ def test_a_busy_trtllm_that_moved_nothing_stays_unknown() -> None:
     """Work reported (stale from the last completion) and nothing moved: unknown, no test."""
     verdict = classify(read(TRT_BUSY_2, 0.0), read(TRT_BUSY_2, 15.0))
     assert verdict.state == State.UNKNOWN
-    assert not verdict.probe_needed
+    assert not verdict.test_request_needed
 
 
 TGI_IDLE = payload("tgi-3.3.7-idle.txt")
@@ -125,7 +125,7 @@ def test_tgi_first_prefill_from_idle_is_work_though_its_gauges_read_zero() -> No
     started = set_sample(TGI_IDLE, TGI_PREFILLS, "13")
     verdict = classify(read(TGI_IDLE, 0.0), read(started, 15.0))
     assert verdict.state == State.BUSY, verdict.reason
-    assert not verdict.probe_needed
+    assert not verdict.test_request_needed
     assert "a forward in flight" in verdict.reason
 
 
@@ -134,11 +134,11 @@ def test_tgi_prefill_longer_than_the_interval_reads_as_work_without_progress() -
     started = set_sample(TGI_IDLE, TGI_PREFILLS, "13")
     verdict = classify(read(started, 0.0), read(started, 15.0))
     assert verdict.state == State.STALLED, verdict.reason
-    assert not verdict.probe_needed
+    assert not verdict.test_request_needed
 
 
 def test_tgi_idle_with_every_forward_ended_still_asks_for_the_test_request() -> None:
     """TGI: gauges 0 and every forward counted ended: idle, the test request decides."""
     verdict = classify(read(TGI_IDLE, 0.0), read(TGI_IDLE, 15.0))
     assert verdict.state == State.IDLE
-    assert verdict.probe_needed
+    assert verdict.test_request_needed

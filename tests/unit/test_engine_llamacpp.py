@@ -31,7 +31,7 @@ CASES = [
         "long prefill: one batch since the last read", BUSY_2, one_prefill_batch(BUSY_2), State.BUSY
     ),
     Case("stalled: work and no decode call", BUSY_2, BUSY_2, State.STALLED),
-    Case("idle: the test request decides", IDLE, IDLE, State.IDLE, probe_needed=True),
+    Case("idle: the test request decides", IDLE, IDLE, State.IDLE, test_request_needed=True),
     Case(
         "restart: counters went down",
         BUSY_2,

@@ -29,7 +29,7 @@ CASES = [
         State.UNKNOWN,
         gap=600.0,
     ),
-    Case("idle: the test request decides", IDLE, IDLE, State.IDLE, probe_needed=True),
+    Case("idle: the test request decides", IDLE, IDLE, State.IDLE, test_request_needed=True),
     Case(
         "restart: a new start time",
         BUSY_2,

@@ -31,7 +31,7 @@ CASES = [
     Case("busy: decode passes moved", BUSY_1, BUSY_2, State.BUSY, reason="cuda_graph_passes"),
     Case("long chunked prefill: one prefill pass", BUSY_1, prefill_chunk_only(BUSY_1), State.BUSY),
     Case("stalled: work, no pass, idle loop still", BUSY_2, BUSY_2, State.STALLED),
-    Case("idle: the test request decides", IDLE, IDLE, State.IDLE, probe_needed=True),
+    Case("idle: the test request decides", IDLE, IDLE, State.IDLE, test_request_needed=True),
     Case(
         "restart: passes went down",
         BUSY_2,
@@ -60,7 +60,7 @@ CASES = [
         BUSY_2,
         set_sample(BUSY_2, IDLE_SECONDS, "4826.0"),
         State.IDLE,
-        probe_needed=True,
+        test_request_needed=True,
         reason="stale",
     ),
     Case(
@@ -68,7 +68,7 @@ CASES = [
         BUSY_2,
         set_sample(BUSY_2, GENERATING, "0.0"),
         State.IDLE,
-        probe_needed=True,
+        test_request_needed=True,
         reason="no generation request in flight",
     ),
     Case(

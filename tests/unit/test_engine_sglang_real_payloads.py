@@ -66,7 +66,7 @@ def test_real_sglang_payload_pairs_read_right(
     """Each pair of real payloads reads the state the real server was in, and asks for a test
     request only where the server was idle."""
     verdict = judge(previous, current)
-    assert (verdict.state, verdict.probe_needed) == (state, probe), verdict.reason
+    assert (verdict.state, verdict.test_request_needed) == (state, probe), verdict.reason
     assert reason in verdict.reason
 
 

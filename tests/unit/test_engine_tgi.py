@@ -25,7 +25,7 @@ CASES = [
         State.BUSY,
     ),
     Case("stalled: work and no call finished", BUSY_2, BUSY_2, State.STALLED),
-    Case("idle: the test request decides", IDLE, IDLE, State.IDLE, probe_needed=True),
+    Case("idle: the test request decides", IDLE, IDLE, State.IDLE, test_request_needed=True),
     Case(
         "restart: batch counter went down (no start time)",
         BUSY_2,
@@ -63,7 +63,7 @@ FRESH_CASES = [
         FRESH,
         IDLE,
         State.IDLE,
-        probe_needed=True,
+        test_request_needed=True,
     ),
 ]
 

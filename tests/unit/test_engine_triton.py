@@ -25,7 +25,7 @@ CASES = [
         State.BUSY,
     ),
     Case("stalled: active requests, iteration counter still", BUSY_2, BUSY_2, State.STALLED),
-    Case("idle: no work, nothing moved", IDLE, IDLE, State.IDLE, probe_needed=True),
+    Case("idle: no work, nothing moved", IDLE, IDLE, State.IDLE, test_request_needed=True),
     Case(
         "restart: the iteration counter started again",
         BUSY_2,

@@ -21,8 +21,8 @@ def outcome(
         reading=reading,
         finished_at=at,
         duration_seconds=0.01,
-        probes_sent=probes,
-        probes_failed=failed,
+        test_requests_sent=probes,
+        test_requests_failed=failed,
         error_reason=error,
     )
 
@@ -64,7 +64,7 @@ def test_progress_time_moves_only_with_progress_or_proven_idle() -> None:
     idle = Verdict(State.IDLE, "answered")
     history = history.advance(outcome(idle, 30, probes=1))
     assert history.last_progress_at == 30
-    pending = Verdict(State.IDLE, "waiting for a test request", probe_needed=True)
+    pending = Verdict(State.IDLE, "waiting for a test request", test_request_needed=True)
     history = history.advance(outcome(pending, 40))
     assert history.last_progress_at == 30
 
@@ -76,12 +76,12 @@ def test_counters_add_up() -> None:
     history = history.advance(outcome(Verdict(State.UNRESPONSIVE, "x"), 1, probes=1, failed=1))
     history = history.advance(outcome(restarted, 2))
     history = history.advance(outcome(Verdict(State.IDLE, "ok"), 3, probes=1))
-    assert (history.polls, history.probe_requests, history.probe_failures) == (3, 2, 1)
+    assert (history.polls, history.test_requests, history.test_request_failures) == (3, 2, 1)
     assert history.restarts_detected == 1
 
 
 UNRESPONSIVE = Verdict(State.UNRESPONSIVE, "test request failed")
-RESTARTED = Verdict(State.RESTARTED, "new process", restart_detected=True, probe_needed=True)
+RESTARTED = Verdict(State.RESTARTED, "new process", restart_detected=True, test_request_needed=True)
 
 
 def test_proof_of_life_is_an_answered_test_request_or_counters_that_moved() -> None:
@@ -99,7 +99,7 @@ def test_proof_of_life_is_an_answered_test_request_or_counters_that_moved() -> N
     assert history.last_proven_alive_at == 115.0  # progress since the previous read
     deferred = Verdict(State.IDLE, "proven alive 15 s ago")
     history = history.advance(
-        PollOutcome(deferred, Reading(taken_at=145.0), 145.0, 0.01, probe_deferred=True)
+        PollOutcome(deferred, Reading(taken_at=145.0), 145.0, 0.01, test_request_deferred=True)
     )
     assert history.last_proven_alive_at == 115.0
     history = history.advance(
@@ -120,7 +120,7 @@ def test_a_deferred_poll_does_not_move_the_progress_time() -> None:
     answered = Verdict(State.IDLE, "idle: answered")
     history = TargetHistory().advance(outcome(answered, 30.0, probes=1))
     deferred = Verdict(State.IDLE, "proven alive 15 s ago")
-    history = history.advance(PollOutcome(deferred, None, 45.0, 0.01, probe_deferred=True))
+    history = history.advance(PollOutcome(deferred, None, 45.0, 0.01, test_request_deferred=True))
     assert history.last_progress_at == 30.0
     assert history.state == State.IDLE
     assert history.state_polls == 2

@@ -21,8 +21,13 @@ from stallwatch.core.confirmation import (
 )
 from stallwatch.core.history import PollOutcome, TargetHistory
 from stallwatch.core.policy import CONFIRMED, History, decide_confirmed
-from stallwatch.core.poll_plan import ReadResult, unread_verdict
+from stallwatch.core.poll_plan import (
+    unread_verdict,
+)
 from stallwatch.core.reading import parse_reading
+from stallwatch.core.reads import (
+    ReadResult,
+)
 from stallwatch.core.rules import HUNG_ALERT, STUCK_ALERT, UNRESPONSIVE_ALERT, restart_alerts
 from stallwatch.exporter.check_cli import EXIT_DOWN, EXIT_STUCK, exit_code_for
 from stallwatch.exporter.collector import TargetCollector

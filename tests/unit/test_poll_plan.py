@@ -14,17 +14,19 @@ from stallwatch.core.poll_plan import (
     AskFaults,
     AskModels,
     AskSleeps,
-    ModelsAnswer,
     PollResult,
-    ProbeResult,
     ReadMetrics,
-    ReadResult,
     SendTestRequest,
     Step,
     advance,
     poll_plan,
 )
 from stallwatch.core.reading import EngineSample, Reading
+from stallwatch.core.reads import (
+    ModelsAnswer,
+    ReadResult,
+    TestRequestResult,
+)
 
 NOW = 10_000.0
 URL = "http://10.0.0.1:8000"
@@ -199,28 +201,28 @@ ROWS = [
         (ReadMetrics, AskFaults),
         target=replace(TARGET, test_request=IdleTestRequestConfig(min_interval_seconds=300)),
         proven_at=NOW - 30.0,
-        expect={"probe_deferred": True, "probes_sent": 0},
+        expect={"test_request_deferred": True, "test_requests_sent": 0},
     ),
     Row(
         "idle, test request due and answered: idle",
-        (IDLE, (), ProbeResult(True, "answered")),
+        (IDLE, (), TestRequestResult(True, "answered")),
         State.IDLE,
         (ReadMetrics, AskFaults, SendTestRequest),
-        expect={"probes_sent": 1, "probes_failed": 0},
+        expect={"test_requests_sent": 1, "test_requests_failed": 0},
     ),
     Row(
         "idle, test request failed, the fresh read unchanged: unresponsive",
-        (IDLE, (), ProbeResult(False, "no answer"), IDLE),
+        (IDLE, (), TestRequestResult(False, "no answer"), IDLE),
         State.UNRESPONSIVE,
         (ReadMetrics, AskFaults, SendTestRequest, ReadMetrics),
-        expect={"probes_sent": 1, "probes_failed": 1},
+        expect={"test_requests_sent": 1, "test_requests_failed": 1},
     ),
     Row(
         "idle, test request failed while work arrived: busy on the fresh read",
-        (IDLE, (), ProbeResult(False, "no answer"), BUSY),
+        (IDLE, (), TestRequestResult(False, "no answer"), BUSY),
         State.BUSY,
         (ReadMetrics, AskFaults, SendTestRequest, ReadMetrics),
-        expect={"probes_sent": 1, "probes_failed": 1},
+        expect={"test_requests_sent": 1, "test_requests_failed": 1},
     ),
 ]
 
@@ -259,15 +261,21 @@ def test_the_fresh_read_after_a_failed_test_request_is_marked() -> None:
     first = advance(plan, None)
     advance(plan, IDLE)
     advance(plan, ())
-    again = advance(plan, ProbeResult(False, "no answer"))
+    again = advance(plan, TestRequestResult(False, "no answer"))
     assert first == ReadMetrics(TARGET.metrics_url)
     assert again == ReadMetrics(TARGET.metrics_url, again=True)
 
 
 def test_only_the_core_decides_a_poll() -> None:
-    """probe_due, settle_probe and allows_test_request are called only inside the core."""
+    """The test-request decisions and allows_test_request are called only in the core."""
     package = Path(__file__).resolve().parents[2] / "stallwatch"
-    decisions = {"probe_due", "probe_deferred", "settle_probe", "allows_test_request", "classify"}
+    decisions = {
+        "idle_test_request_due",
+        "deferred_verdict",
+        "settle_idle_test_request",
+        "allows_test_request",
+        "classify",
+    }
     callers = set()
     for path in package.rglob("*.py"):
         if path.is_relative_to(package / "core"):

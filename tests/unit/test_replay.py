@@ -319,7 +319,7 @@ def test_min_interval_zero_gives_back_a_test_request_on_every_idle_poll() -> Non
     result = run_replay(
         ReplayConfig(
             seed=11,
-            probe_min_interval=0.0,
+            test_request_min_interval=0.0,
             legitimate_silences=False,
             restart_after=0.0,
             degraded_per_day=0.0,

@@ -100,3 +100,29 @@ def test_no_targets_and_no_rules_is_refused(tmp_path: Path) -> None:
     """Something must be restartable: targets, or rules."""
     with pytest.raises(ConfigError, match="targets: is required"):
         load(tmp_path)
+
+
+@pytest.mark.parametrize("mode", ["readiness_gate", "label", "off"])
+def test_quarantine_mode_is_read(tmp_path: Path, mode: str) -> None:
+    """kubernetes.quarantine_mode takes readiness_gate, label or off."""
+    config = load(tmp_path, rules=[RULE], kubernetes={"quarantine_mode": mode})
+    assert config.kubernetes is not None
+    assert config.kubernetes.quarantine_mode == mode
+
+
+def test_quarantine_mode_defaults_to_the_readiness_gate(tmp_path: Path) -> None:
+    """Without quarantine_mode the readiness gate is used."""
+    config = load(tmp_path, rules=[RULE])
+    assert config.kubernetes is not None
+    assert config.kubernetes.quarantine_mode == "readiness_gate"
+
+
+def test_an_unknown_quarantine_mode_names_the_field_and_the_file(tmp_path: Path) -> None:
+    """Another value is refused, naming kubernetes.quarantine_mode, restarter.yml and the
+    choices."""
+    with pytest.raises(ConfigError) as raised:
+        load(tmp_path, rules=[RULE], kubernetes={"quarantine_mode": "readinessGate"})
+    text = str(raised.value)
+    assert "restarter.yml" in text
+    assert "kubernetes.quarantine_mode" in text
+    assert "expected one of readiness_gate, label, off, got 'readinessGate'" in text

@@ -2,7 +2,11 @@
 
 A pod of a LeaderWorkerSet group is never restarted alone: the group's leader is evicted or
 deleted, and LeaderWorkerSet recreates the whole group (its workers belong to the leader).
-An eviction that a PodDisruptionBudget forbids (429) is the result `pdb_blocked`: not retried.
+An eviction that a PodDisruptionBudget forbids (429) is the result `pdb_blocked`: not retried;
+except for a pod stallwatch itself took out of rotation. That pod is not Ready, so its budget
+counts it unhealthy and, under the default `unhealthyPodEvictionPolicy: IfHealthyBudget`, refuses
+its eviction whenever the application is already at its minimum (a single replica always): it is
+deleted instead, and the result's detail says so.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ KubeResult = Literal["success", "failure", "pdb_blocked"]
 # Asks the Lease holder's fence before anything changes: True when this replica still holds
 # the Lease and the restart is written into it.
 Fence = Callable[[], Awaitable[bool]]
+# Whether stallwatch took this pod (as read just now) out of rotation.
+Quarantined = Callable[[PodFacts], bool]
 
 
 # The API server's terminationGracePeriodSeconds when a pod's spec gives none.
@@ -80,10 +86,12 @@ class PodRestarter:
         *,
         fence: Fence | None = None,
         clock: Callable[[], float] = time.time,
+        quarantined: Quarantined | None = None,
     ) -> None:
         self.api = api
         self.fence = fence
         self.clock = clock
+        self.quarantined = quarantined
 
     async def restart(self, action: KubernetesAction) -> tuple[KubeResult, str]:
         try:
@@ -128,6 +136,13 @@ class PodRestarter:
                 if error.status == 429:
                     cause = budget_cause(error)
                     because = f" ({cause})" if cause else ""
+                    if self._out_of_rotation(pod, victim):
+                        await self.api.delete(victim.namespace, victim.name, action.grace_period)
+                        return "success", (
+                            f"deleted {what} after the PodDisruptionBudget refused the eviction "
+                            f"of a pod stallwatch had taken out of rotation{because}: "
+                            f"{stop_bound(action.grace_period, victim)}"
+                        )
                     return "pdb_blocked", (
                         f"eviction of {what} refused: a PodDisruptionBudget allows no "
                         f"disruption now{because}; left alone, not retried"
@@ -149,3 +164,9 @@ class PodRestarter:
             f"rollout restart of {kind} {pod.namespace}/{name} (for {pod.name}): "
             f"{stop_bound(None, pod)}"
         )
+
+    def _out_of_rotation(self, pod: PodFacts, victim: PodFacts) -> bool:
+        """Whether stallwatch took the pod (or the group's leader) out of rotation."""
+        if self.quarantined is None:
+            return False
+        return self.quarantined(pod) or self.quarantined(victim)

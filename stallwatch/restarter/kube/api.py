@@ -6,22 +6,37 @@ the two.
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import os
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kubernetes_asyncio import client, config
+import aiohttp
+from kubernetes_asyncio import client, config, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from stallwatch.common.kubernetes_config import KubernetesSettings
 from stallwatch.core.lease import LEDGER_ANNOTATION, LeaseView
-from stallwatch.core.pod_rules import PodFacts
+from stallwatch.core.pod_rules import PodCondition, PodFacts
 
-__all__ = ["ApiException", "KubeApi", "LeaseObject"]
+__all__ = ["API_ERRORS", "ApiException", "KubeApi", "LeaseObject", "answer_of"]
+
+# What a call can raise when the API refuses it or cannot be reached.
+API_ERRORS = (ApiException, aiohttp.ClientError, asyncio.TimeoutError)
+
+
+def answer_of(error: BaseException) -> str:
+    """The API's status code, or what kept the call from an answer."""
+    if isinstance(error, ApiException):
+        return f"the API answered {error.status}"
+    return f"the API was not reached ({type(error).__name__}: {error})"
+
 
 MERGE_PATCH = "application/merge-patch+json"
+# Merges `status.conditions` by type; a JSON merge patch would replace the whole list.
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 RESTARTED_AT = "kubectl.kubernetes.io/restartedAt"
 COMPONENT = "stallwatch-restarter"
 # What the API server allows in a core/v1 Event with an eventTime (bytes, as Go counts a
@@ -92,7 +107,38 @@ def pod_facts(pod: Any) -> PodFacts:
         ports=ports,
         owner=owner,
         termination_grace_period=pod.spec.termination_grace_period_seconds,
+        phase=(pod.status.phase or "") if pod.status else "",
+        conditions=tuple(
+            PodCondition(
+                type=condition.type,
+                status=condition.status,
+                reason=condition.reason or "",
+                message=condition.message or "",
+            )
+            for condition in ((pod.status.conditions or []) if pod.status else [])
+        ),
+        readiness_gates=tuple(gate.condition_type for gate in (pod.spec.readiness_gates or [])),
+        deleting=metadata.deletion_timestamp is not None,
     )
+
+
+@dataclass(frozen=True)
+class ServiceFacts:
+    """What the restarter reads of a Service: whom it selects, and whether it lists pods
+    that are not Ready."""
+
+    namespace: str
+    name: str
+    selector: Mapping[str, str]
+    publish_not_ready: bool
+
+
+@dataclass(frozen=True)
+class Selector:
+    """A workload's label selector."""
+
+    match_labels: Mapping[str, str]
+    match_expressions: tuple[Mapping[str, Any], ...]
 
 
 class KubeApi:
@@ -135,6 +181,62 @@ class KubeApi:
     async def pods(self, namespace: str, label_selector: str) -> list[PodFacts]:
         listed = await self.core.list_namespaced_pod(namespace, label_selector=label_selector)
         return [pod_facts(pod) for pod in listed.items]
+
+    async def watch_pods(
+        self, namespace: str, timeout: float
+    ) -> AsyncIterator[tuple[str, PodFacts]]:
+        """The namespace's pods as they change, for up to `timeout` seconds: first each pod as
+        it is (ADDED), then (ADDED, MODIFIED or DELETED, the pod) as the API reports them
+        (`pods: watch`)."""
+        async with watch.Watch() as stream:
+            async for event in stream.stream(
+                self.core.list_namespaced_pod, namespace, timeout_seconds=max(1, round(timeout))
+            ):
+                kind = event.get("type")
+                if kind in ("ADDED", "MODIFIED", "DELETED"):
+                    yield kind, pod_facts(event["object"])
+
+    async def patch_status(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
+        """A strategic merge patch of the pod's status (`pods/status: patch`)."""
+        await self.core.patch_namespaced_pod_status(
+            name, namespace, patch, _content_type=STRATEGIC_MERGE_PATCH
+        )
+
+    async def patch_labels(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
+        """A merge patch of the pod's metadata (`pods: patch`)."""
+        await self.core.patch_namespaced_pod(name, namespace, patch, _content_type=MERGE_PATCH)
+
+    async def services(self, namespace: str) -> list[ServiceFacts]:
+        listed = await self.core.list_namespaced_service(namespace)
+        return [
+            ServiceFacts(
+                namespace=namespace,
+                name=service.metadata.name,
+                selector=dict(service.spec.selector or {}) if service.spec else {},
+                publish_not_ready=bool(service.spec and service.spec.publish_not_ready_addresses),
+            )
+            for service in listed.items
+        ]
+
+    async def owner_selector(self, namespace: str, kind: str, name: str) -> Selector | None:
+        """The selector of a pod's controller (a ReplicaSet or StatefulSet; None: another
+        kind, whose selector the restarter does not read)."""
+        if kind == "ReplicaSet":
+            owner = await self.apps.read_namespaced_replica_set(name, namespace)
+        elif kind == "StatefulSet":
+            owner = await self.apps.read_namespaced_stateful_set(name, namespace)
+        else:
+            return None
+        selector = owner.spec.selector if owner.spec else None
+        if selector is None:
+            return Selector({}, ())
+        return Selector(
+            dict(selector.match_labels or {}),
+            tuple(
+                {"key": e.key, "operator": e.operator, "values": list(e.values or [])}
+                for e in (selector.match_expressions or [])
+            ),
+        )
 
     async def evict(self, namespace: str, name: str, grace_period: int | None) -> None:
         """Ask for an eviction (PodDisruptionBudgets apply: 429 when one forbids it)."""

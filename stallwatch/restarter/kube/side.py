@@ -2,14 +2,16 @@
 the Lease, and an Event on the pod for every restart and refusal.
 
 The service calls it at a few points (`resolve`, `history_restarts`, `on_decision`,
-`on_outcome`); everything it decides about a pod comes from the rule and the API object.
+`on_outcome`, `on_routing`, `pool_members`); everything it decides about a pod comes from the
+rule and the API object.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+import time
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import replace
 
 from stallwatch.common.kubernetes_config import KubernetesAction
@@ -17,10 +19,14 @@ from stallwatch.common.restarter_config import RestarterConfig, Target
 from stallwatch.core.alert_plan import RoutingChange
 from stallwatch.core.alerts import TARGET_LABEL, Alert, Notification
 from stallwatch.core.kube_names import INVALID_POD_NAME, invalid_pod_names
+from stallwatch.core.kube_routing import IN_ROTATION, Routable, camel, pool_of, taken_out
+from stallwatch.core.kube_routing import pool_members as members_of_pool
 from stallwatch.core.pod_rules import (
     PodFacts,
     PodName,
     Refusal,
+    group_of,
+    label_selector,
     metrics_url,
     rule_for_pod,
     rules_for_alert,
@@ -28,8 +34,9 @@ from stallwatch.core.pod_rules import (
 )
 from stallwatch.core.policy import Decision, PastRestart, lookback_seconds
 from stallwatch.restarter.kube.action import PodRestarter
-from stallwatch.restarter.kube.api import ApiException, KubeApi
+from stallwatch.restarter.kube.api import API_ERRORS, ApiException, KubeApi, answer_of
 from stallwatch.restarter.kube.lease import LeaseKeeper
+from stallwatch.restarter.kube.routing import PodRouting
 
 log = logging.getLogger("stallwatch.restarter")
 
@@ -43,6 +50,8 @@ _MAX_EVENT_TASKS = 100
 # Alertmanager re-sends a firing alert, and each delivery refused for the same reason says
 # nothing new: one refusal Event per pod and reason in this interval.
 REFUSAL_EVENT_INTERVAL_SECONDS = 600.0
+# The alerts of one pool that arrive together list its pods once.
+POOL_LIST_FRESH_SECONDS = 1.0
 
 
 class KubeSide:
@@ -54,6 +63,7 @@ class KubeSide:
         clock: Callable[[], float],
         own_restarts: Callable[[float], tuple[PastRestart, ...]],
         on_event: Callable[[str], None] | None = None,
+        on_routing_count: Callable[[str], None] | None = None,
     ) -> None:
         self.api = api
         self.config = config
@@ -70,7 +80,27 @@ class KubeSide:
                 own_restarts=own_restarts,
                 lookback=lambda: self.lookback,
             )
-        self.actor = PodRestarter(api, fence=self.lease.fence if self.lease else None, clock=clock)
+        self.actor = PodRestarter(
+            api,
+            fence=self.lease.fence if self.lease else None,
+            clock=clock,
+            quarantined=self._taken_out,
+        )
+        # Targets this side took out of rotation (on_routing), and the restarter's own verdict
+        # if it sets one (`routable`: target name -> in rotation); either keeps a pod out.
+        self.out_of_rotation: set[str] = set()
+        self.routable: Callable[[str], bool] | None = None
+        self.routing: PodRouting | None = None
+        if settings.quarantine_mode != "off":
+            self.routing = PodRouting(
+                api,
+                settings.quarantine_mode,
+                clock=clock,
+                namespaces=self._namespaces,
+                out=self._out,
+                acting=lambda: self.acting,
+                on_count=on_routing_count,
+            )
         # Pod targets resolved by the rules: name -> (target, last seen).
         self.pod_targets: dict[str, tuple[Target, float]] = {}
         self.on_event = on_event
@@ -79,6 +109,10 @@ class KubeSide:
         self._refusals_posted: dict[tuple[tuple[str, str], str], float] = {}
         # (namespace, pod) -> (its uid as last read, when): the uid an Event names.
         self._uids: dict[tuple[str, str], tuple[str, float]] = {}
+        # The pods listed around alerts' pods (their pools), by (namespace, name), and when
+        # each pool was listed (monotonic seconds).
+        self._listed: dict[tuple[str, str], PodFacts] = {}
+        self._pool_listed_at: dict[str, float] = {}
 
     @classmethod
     async def connect(
@@ -88,17 +122,37 @@ class KubeSide:
         clock: Callable[[], float],
         own_restarts: Callable[[float], tuple[PastRestart, ...]],
         on_event: Callable[[str], None] | None = None,
+        on_routing_count: Callable[[str], None] | None = None,
     ) -> KubeSide:
         assert config.kubernetes is not None
         api = await KubeApi.connect(config.kubernetes)
-        return cls(api, config, clock=clock, own_restarts=own_restarts, on_event=on_event)
+        return cls(
+            api,
+            config,
+            clock=clock,
+            own_restarts=own_restarts,
+            on_event=on_event,
+            on_routing_count=on_routing_count,
+        )
 
     async def start(self) -> None:
+        """Take or follow the Lease, then start the routing sync (label mode: raises
+        `LabelSelectorConflict` when a workload selects on the label)."""
         if self.lease is not None:
             await self.lease.step()
             self.lease.start()
+        if self.routing is not None:
+            try:
+                await self.routing.start()
+            except BaseException:
+                if self.lease is not None:
+                    await self.lease.stop()
+                await self.api.close()
+                raise
 
     async def stop(self) -> None:
+        if self.routing is not None:
+            await self.routing.stop()
         if self.lease is not None:
             await self.lease.stop()
         if self._events:
@@ -117,15 +171,115 @@ class KubeSide:
             spans += [rule.cooldown, rule.budget.window, rule.action_timeout]
         return max(spans)
 
-    # --- targets from the rules -------------------------------------------------------------
+    # --- out of rotation ---------------------------------------------------------------------
+    def _namespaces(self) -> set[str]:
+        """The namespaces whose pods the restarter may act on: its rules' and its fixed pod
+        targets'."""
+        names = {namespace for rule in self.config.rules for namespace in rule.namespaces}
+        for target in self.config.targets:
+            pod = _pod_of(target)
+            if pod is not None and pod[0]:
+                names.add(pod[0])
+        return names
+
+    def _out(self, name: str) -> bool:
+        return name in self.out_of_rotation or (
+            self.routable is not None and not self.routable(name)
+        )
+
+    def _taken_out(self, pod: PodFacts) -> bool:
+        """Whether stallwatch took this pod (or the target it belongs to) out of rotation:
+        its own record, or the mark on the pod as read (another replica may have written it)."""
+        return self._out(target_name(pod)) or taken_out(pod)
+
     def pool_members(self, target: Target) -> tuple[str, ...]:
-        """The targets of `target`'s pool (the pods of one workload), itself included."""
-        return (target.name,)
+        """The targets of `target`'s pool, itself included. A pod target a rule resolved: the
+        pods of its workload that serve (those that never alerted too) and those out of
+        rotation, from the pods as last listed (on each alert and by the routing sync). A fixed
+        target: the configured targets with its `pool`."""
+        if target.name not in self.pod_targets:
+            fixed = {t.name for t in self.config.targets if t.pool == target.pool}
+            return tuple(sorted(fixed | {target.name}))
+        pods: Iterable[PodFacts] = self.pods.values()
+        out = {name for name in self.out_of_rotation if self._pool_of_name(name) == target.pool}
+        return tuple(sorted(set(members_of_pool(pods, target.pool, out)) | {target.name}))
+
+    def _pool_of_name(self, name: str) -> str | None:
+        known = self.pod_targets.get(name)
+        return known[0].pool if known else None
+
+    @property
+    def pods(self) -> dict[tuple[str, str], PodFacts]:
+        """The pods as last listed: by the routing sync, and around each alert's pod."""
+        if self.routing is not None:
+            merged = dict(self._listed)
+            merged.update(self.routing.pods)
+            return merged
+        return self._listed
+
+    async def _list_pool(self, rule_selector: str, pod: PodFacts) -> None:
+        """List the pods beside an alert's pod (its pool's members, that never alerted too);
+        once for the alerts of one pool that arrive together."""
+        pool = pool_of(pod)
+        now = time.monotonic()
+        if now - self._pool_listed_at.get(pool, -POOL_LIST_FRESH_SECONDS) < POOL_LIST_FRESH_SECONDS:
+            return
+        self._pool_listed_at[pool] = now
+        try:
+            listed = await self.api.pods(pod.namespace, rule_selector)
+        except API_ERRORS as error:
+            log.warning("pods of %s/%s not listed: %s", pod.namespace, pod.name, answer_of(error))
+            return
+        for key in [k for k, p in self._listed.items() if pool_of(p) == pool]:
+            del self._listed[key]
+        for other in listed:
+            if pool_of(other) == pool:
+                self._listed[(other.namespace, other.name)] = other
 
     async def on_routing(self, change: RoutingChange, target: Target) -> None:
-        """A pod target left or came back into users' rotation."""
-        del change, target
+        """A target left or returned to rotation: write it on its opted-in pods (the group's,
+        for a LeaderWorkerSet group). A refused quarantine writes nothing."""
+        if change.move == "refused":
+            return
+        out = change.move in ("quarantined", "restarting")
+        if out:
+            wanted = Routable(False, camel(change.reason), change.detail or change.reason)
+        else:
+            message = f"back in rotation ({change.reason}) after {change.out_for:.0f} s"
+            wanted = Routable(True, IN_ROTATION, message)
+        if self.routing is None:
+            self._record_out(target.name, out)
+            return
+        async with self.routing.lock:  # no sync or watch event writes in between
+            self._record_out(target.name, out)
+            pod = _pod_of(target)
+            if pod is None or not self.acting:
+                return
+            try:
+                pods = await self._pods_of(*pod)
+            except API_ERRORS as error:
+                log.warning("pods of %s not read: %s", target.name, answer_of(error))
+                return
+            await self.routing.set(pods, wanted)
 
+    def _record_out(self, name: str, out: bool) -> None:
+        if out:
+            self.out_of_rotation.add(name)
+        else:
+            self.out_of_rotation.discard(name)
+
+    async def _pods_of(self, namespace: str, name: str) -> list[PodFacts]:
+        """The pod, or every pod of its LeaderWorkerSet group, read now."""
+        facts = await self.api.pod(namespace, name)
+        if facts is None:
+            return []
+        group = group_of(facts.labels)
+        if group is None:
+            return [facts]
+        selector = group.leader_selector.rsplit(",", 1)[0]  # the group, every worker index
+        return await self.api.pods(namespace, selector)
+
+    # --- targets from the rules -------------------------------------------------------------
     def effective(self, config: RestarterConfig) -> RestarterConfig:
         """`config` with the pod targets the rules resolved (fixed targets win a name clash)."""
         self.config = config
@@ -135,6 +289,10 @@ class KubeSide:
             del self.pod_targets[name]
         for pod in [p for p, (_, seen) in self._uids.items() if seen < forget]:
             del self._uids[pod]
+        pools = {target.pool for target, _ in self.pod_targets.values()}
+        for key in [k for k, p in self._listed.items() if pool_of(p) not in pools]:
+            del self._listed[key]
+        self._pool_listed_at = {p: at for p, at in self._pool_listed_at.items() if p in pools}
         fixed = {target.name for target in config.targets}
         pods = tuple(t for n, (t, _) in self.pod_targets.items() if n not in fixed)
         return replace(config, targets=config.targets + pods)
@@ -201,6 +359,7 @@ class KubeSide:
         if isinstance(url, Refusal):
             return url
         rule = named.rule
+        await self._list_pool(label_selector(rule.selector), pod)
         return Target(
             name=target_name(pod),
             metrics_url=url,
@@ -209,6 +368,7 @@ class KubeSide:
             budget=rule.budget,
             action_timeout=rule.action_timeout,
             restart_after=rule.restart_after,
+            pool=pool_of(pod),
         )
 
     # --- history ----------------------------------------------------------------------------

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from stallwatch.core.classify import State, Verdict, classify, with_probe_result
+from stallwatch.core.classify import State, Verdict, classify, with_test_request_result
 from stallwatch.core.reading import Reading
 
 # Polls run on a fixed schedule, but each starts a few milliseconds late or early; a poll that
@@ -17,7 +17,7 @@ from stallwatch.core.reading import Reading
 ON_TIME_SHARE_OF_INTERVAL = 0.1
 
 
-def probe_due(
+def idle_test_request_due(
     verdict: Verdict,
     last_proven_alive_at: float | None,
     now: float,
@@ -32,7 +32,7 @@ def probe_due(
     proves nothing, so the next idle poll sends another: two failures in a row are what
     `LLMServerUnresponsive` needs.
     """
-    if not verdict.probe_needed or verdict.progressed:
+    if not verdict.test_request_needed or verdict.progressed:
         return False  # work present, or its own counters show requests completing
     if verdict.restart_detected or last_proven_alive_at is None:
         return True  # a new process, or one never proven alive: nothing to lean on
@@ -46,10 +46,11 @@ def _seconds(value: float) -> str:
     return f"{value:.1f} s" if value < 10 else f"{value:.0f} s"
 
 
-def probe_deferred(
+def deferred_verdict(
     verdict: Verdict, last_proven_alive_at: float | None, now: float, *, min_interval: float
 ) -> Verdict:
-    """The verdict of an idle poll whose test request `probe_due` held back: idle, on a proof.
+    """The verdict of an idle poll whose test request `idle_test_request_due` held back: idle, on a
+    proof.
 
     It is `idle`, never `unresponsive`: nothing failed. The reason says when the server last
     proved it was alive (now, when this read shows an engine completing requests) and when the
@@ -67,7 +68,7 @@ def probe_deferred(
     return replace(
         verdict,
         state=State.IDLE,
-        probe_needed=False,
+        test_request_needed=False,
         reason=(
             f"no work and {read}; proven alive {_seconds(age)} ago, "
             f"next test request in {_seconds(due_in)}"
@@ -76,22 +77,22 @@ def probe_deferred(
 
 
 @dataclass(frozen=True)
-class SettledProbe:
+class SettledTestRequest:
     """The poll's final verdict, the reading it stands on, and whether the test request failed."""
 
     verdict: Verdict
     reading: Reading
-    probes_failed: int
+    test_requests_failed: int
 
 
-def settle_probe(
+def settle_idle_test_request(
     verdict: Verdict,
     reading: Reading,
     *,
     answered: bool,
     detail: str,
     reread: Reading | None = None,
-) -> SettledProbe:
+) -> SettledTestRequest:
     """The verdict of a poll whose idle test request answered (or not).
 
     `reading` is the read that asked for the test request; `reread` is the fresh read taken
@@ -100,9 +101,9 @@ def settle_probe(
     busy server is never unresponsive. A new process in the reread is not such proof.
     """
     if answered:
-        return SettledProbe(with_probe_result(verdict, True, detail), reading, 0)
+        return SettledTestRequest(with_test_request_result(verdict, True, detail), reading, 0)
     if reread is not None and reread.has_engines:
         recheck = classify(reading, reread)
         if recheck.progressed and recheck.state != State.RESTARTED:
-            return SettledProbe(recheck, reread, 1)
-    return SettledProbe(with_probe_result(verdict, False, detail), reading, 1)
+            return SettledTestRequest(recheck, reread, 1)
+    return SettledTestRequest(with_test_request_result(verdict, False, detail), reading, 1)

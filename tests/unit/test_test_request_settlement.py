@@ -6,7 +6,11 @@ import pytest
 
 from stallwatch.core.classify import State, Verdict, classify
 from stallwatch.core.history import PollOutcome, TargetHistory
-from stallwatch.core.probe import probe_deferred, probe_due, settle_probe
+from stallwatch.core.idle_test_request import (
+    deferred_verdict,
+    idle_test_request_due,
+    settle_idle_test_request,
+)
 from stallwatch.core.reading import EngineSample, Reading
 from stallwatch.core.rules import UNRESPONSIVE_ALERT, restart_alert_fires
 
@@ -98,17 +102,21 @@ def test_settle_probe(
     case: str, answered: bool, reread: Reading | None, state: State, kept: str, failed: int
 ) -> None:
     """The test request decides idle vs unresponsive unless a reread shows the engine moving."""
-    settled = settle_probe(IDLE_VERDICT, IDLE_READ, answered=answered, detail="why", reread=reread)
+    settled = settle_idle_test_request(
+        IDLE_VERDICT, IDLE_READ, answered=answered, detail="why", reread=reread
+    )
     assert settled.verdict.state == state, case
-    assert not settled.verdict.probe_needed, case
+    assert not settled.verdict.test_request_needed, case
     assert settled.reading is (IDLE_READ if kept == "first" else reread), case
-    assert settled.probes_failed == failed, case
+    assert settled.test_requests_failed == failed, case
 
 
 def test_the_detail_goes_into_the_reason() -> None:
     """The test request's own detail (status, timeout) is kept in the verdict's reason."""
-    answered = settle_probe(IDLE_VERDICT, IDLE_READ, answered=True, detail="HTTP 200")
-    failed = settle_probe(IDLE_VERDICT, IDLE_READ, answered=False, detail="timed out after 10 s")
+    answered = settle_idle_test_request(IDLE_VERDICT, IDLE_READ, answered=True, detail="HTTP 200")
+    failed = settle_idle_test_request(
+        IDLE_VERDICT, IDLE_READ, answered=False, detail="timed out after 10 s"
+    )
     assert answered.verdict.reason == "idle: HTTP 200"
     assert failed.verdict.reason.endswith("the test request failed: timed out after 10 s")
 
@@ -116,7 +124,7 @@ def test_the_detail_goes_into_the_reason() -> None:
 def test_a_restarted_server_stays_restarted_whatever_the_test_request_says() -> None:
     """A new process is reported as restarted; the test request only adds to the reason."""
     for answered in (True, False):
-        settled = settle_probe(
+        settled = settle_idle_test_request(
             RESTARTED_IDLE_VERDICT, IDLE_READ, answered=answered, detail="x", reread=None
         )
         assert settled.verdict.state == State.RESTARTED
@@ -129,7 +137,7 @@ NOW = 10_000.0
 BUSY_VERDICT = Verdict(State.BUSY, "moving", running=1.0, progressed=True)
 # Two engines: one finished requests since the last read, the other did nothing.
 ENGINE_COMPLETED_VERDICT = Verdict(
-    State.IDLE, "one engine idle", progressed=True, probe_needed=True
+    State.IDLE, "one engine idle", progressed=True, test_request_needed=True
 )
 
 # (case, verdict, seconds since the last proof of life (None: never), min_interval, due)
@@ -157,7 +165,7 @@ def test_probe_due(
 ) -> None:
     """A test request goes only to an idle server not proven alive within min_interval."""
     proven_at = None if age is None else NOW - age
-    found = probe_due(
+    found = idle_test_request_due(
         verdict, proven_at, NOW, min_interval=min_interval, poll_interval=POLL_INTERVAL
     )
     assert found is due, case
@@ -165,9 +173,9 @@ def test_probe_due(
 
 def test_a_deferred_poll_reads_idle_and_says_when_the_server_was_last_proven_alive() -> None:
     """Between test requests an idle server reads idle, on its last proof, with its figures."""
-    deferred = probe_deferred(IDLE_VERDICT, NOW - 35.0, NOW, min_interval=MIN_INTERVAL)
+    deferred = deferred_verdict(IDLE_VERDICT, NOW - 35.0, NOW, min_interval=MIN_INTERVAL)
     assert deferred.state == State.IDLE
-    assert not deferred.probe_needed
+    assert not deferred.test_request_needed
     assert deferred.reason == (
         "no work and nothing completed; proven alive 35 s ago, next test request in 25 s"
     )
@@ -177,7 +185,7 @@ def test_a_deferred_poll_reads_idle_and_says_when_the_server_was_last_proven_ali
 def test_a_deferred_poll_needs_a_proof_to_lean_on() -> None:
     """Holding back the test request of a server never proven alive is refused."""
     with pytest.raises(ValueError, match="due"):
-        probe_deferred(IDLE_VERDICT, None, NOW, min_interval=MIN_INTERVAL)
+        deferred_verdict(IDLE_VERDICT, None, NOW, min_interval=MIN_INTERVAL)
 
 
 def _poll(history: TargetHistory, at: float, answers: bool) -> TargetHistory:
@@ -185,19 +193,21 @@ def _poll(history: TargetHistory, at: float, answers: bool) -> TargetHistory:
     reading = read(at)
     verdict = classify(history.baseline, reading)
     proven_at = history.last_proven_alive_at
-    if not probe_due(
+    if not idle_test_request_due(
         verdict, proven_at, at, min_interval=MIN_INTERVAL, poll_interval=POLL_INTERVAL
     ):
-        deferred = probe_deferred(verdict, proven_at, at, min_interval=MIN_INTERVAL)
-        return history.advance(PollOutcome(deferred, reading, at, 0.0, probe_deferred=True))
-    settled = settle_probe(verdict, reading, answered=answers, detail="test", reread=read(at))
+        deferred = deferred_verdict(verdict, proven_at, at, min_interval=MIN_INTERVAL)
+        return history.advance(PollOutcome(deferred, reading, at, 0.0, test_request_deferred=True))
+    settled = settle_idle_test_request(
+        verdict, reading, answered=answers, detail="test", reread=read(at)
+    )
     outcome = PollOutcome(
         settled.verdict,
         settled.reading,
         at,
         0.0,
-        probes_sent=1,
-        probes_failed=settled.probes_failed,
+        test_requests_sent=1,
+        test_requests_failed=settled.test_requests_failed,
     )
     return history.advance(outcome)
 
@@ -208,14 +218,14 @@ def test_two_failed_test_requests_in_a_row_still_fire_llm_server_unresponsive() 
     sent: list[float] = []
     for poll in range(10):  # answers at first, then hangs with its counters frozen at 0
         at = poll * POLL_INTERVAL
-        before = history.probe_requests
+        before = history.test_requests
         history = _poll(history, at, answers=at < 50)
-        if history.probe_requests > before:
+        if history.test_requests > before:
             sent.append(at)
         if restart_alert_fires(UNRESPONSIVE_ALERT, history.state, history.state_polls):
             break
     assert sent == [0.0, 60.0, 75.0]  # one per min_interval while it answers, then every poll
-    assert (history.state, history.state_polls, history.probe_failures) == (
+    assert (history.state, history.state_polls, history.test_request_failures) == (
         State.UNRESPONSIVE,
         2,
         2,

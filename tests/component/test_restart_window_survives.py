@@ -1,0 +1,97 @@
+"""A restart window survives a restart of the restarter: the new one goes on with the silence."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from stallwatch.core.alerts import parse_notification
+from stallwatch.restarter.service import Restarter
+from tests.support.restarter import (
+    alert,
+    fake_vllm,
+    marker_argv,
+    marker_lines,
+    payload,
+    settle,
+    write_config,
+)
+
+START = 1_800_000_000.0
+
+
+class ManualClock:
+    def __init__(self) -> None:
+        self.now = START
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_a_window_read_back_from_the_journal_restarts_at_its_end(tmp_path: Path) -> None:
+    """Stopped mid-window, a new restarter judges the alert again at the window's end by itself
+    (no new delivery), takes one confirmation as its first look, and restarts on the next."""
+    marker = tmp_path / "marker"
+    async with fake_vllm("stalled") as fake:
+        target = {
+            "name": "gpu1",
+            "metrics_url": fake.url,
+            "action": {"kind": "command", "argv": marker_argv(marker)},
+        }
+        config = write_config(tmp_path, [target], restart_after="60s")
+        clock = ManualClock()
+        first = Restarter(config, clock=clock)
+        await first.start()
+        try:
+            body = json.dumps(payload(alert("gpu1"))).encode()
+            [decision] = await first.handle(parse_notification(body))
+            assert decision["reason"] == "restart_window"
+        finally:
+            await first.stop()
+        clock.now = START + 30
+        second = Restarter(config, clock=clock)
+        await second.start()
+        try:
+            assert "gpu1" in second.memory.windows
+            assert second.memory.windows["gpu1"].opened_at == START
+            clock.now = START + 61
+            assert await second.release_held() == 1  # read back: this look is its first
+            assert marker_lines(marker) == []
+            clock.now = START + 62
+            assert await second.release_held() == 1  # nothing moved since: restarted
+            await settle(second)
+            reasons = [
+                e.reason
+                for e in reversed(second.journal.recent(20))
+                if e.decision in ("skip", "restart")
+            ]
+        finally:
+            await second.stop()
+    assert marker_lines(marker) == ["gpu1"]
+    assert reasons == ["restart_window", "restart_window", "confirmed"]
+
+
+async def test_without_the_window_rows_a_new_restarter_starts_over(tmp_path: Path) -> None:
+    """A journal with no open window (closed by a recovery) restores nothing."""
+    async with fake_vllm("progress") as fake:
+        target = {
+            "name": "gpu1",
+            "metrics_url": fake.url,
+            "action": {"kind": "command", "argv": ["true"]},
+        }
+        config = write_config(tmp_path, [target], restart_after="60s")
+        clock = ManualClock()
+        first = Restarter(config, clock=clock)
+        await first.start()
+        try:
+            body = json.dumps(payload(alert("gpu1"))).encode()
+            [decision] = await first.handle(parse_notification(body))
+            assert decision["reason"] == "not_confirmed_progress"
+        finally:
+            await first.stop()
+        second = Restarter(config, clock=clock)
+        try:
+            assert second.memory.windows == {}
+            assert second.memory.waiting == {}
+        finally:
+            second.journal.close()
