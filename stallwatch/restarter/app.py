@@ -256,7 +256,7 @@ async def handle_alerts(request: web.Request) -> web.StreamResponse:
     restarter = request.app[RESTARTER_KEY]
     if not authorized(restarter.config, request):
         return _unauthorized(request)
-    if restarter.kube is not None and not restarter.kube.acting:
+    if not restarter.leads:
         # Not the Lease holder: Alertmanager retries, and the Service sends it to the holder.
         return _error(503, "this replica does not hold the Lease; another one acts")
     limit = restarter.config.max_body_bytes
