@@ -19,11 +19,12 @@ from stallwatch.core.fleet import CONTROL_KINDS, ControlKind
 from stallwatch.core.holds import HOLD_KINDS, HoldKind
 from stallwatch.core.policy import Decision
 from stallwatch.restarter.journal_reader import (
+    DAMAGED_ADVICE,
     DECISIVE_ROWS,
     SCHEMA_VERSION,
     JournalError,
     JournalReader,
-    schema_version,
+    check_journal,
 )
 
 SCHEMA = f"""
@@ -75,14 +76,16 @@ class Journal(JournalReader):
         except sqlite3.Error as error:
             raise JournalError(f"journal {file}: cannot open: {error}") from None
         try:
+            # Every check reads only: a file refused (newer, damaged, another program's) is
+            # left as it was. Only then is it set up for writing and brought up to date.
+            connection.execute("PRAGMA busy_timeout=5000")
+            version = check_journal(connection, file)
             connection.execute("PRAGMA journal_mode=WAL")
             connection.execute("PRAGMA synchronous=FULL")
-            connection.execute("PRAGMA busy_timeout=5000")
-            _check_integrity(connection, file)
-            _migrate(connection, schema_version(connection, file))
+            _migrate(connection, version)
         except sqlite3.Error as error:
             connection.close()
-            raise JournalError(f"journal {file}: {error}{_DAMAGED_ADVICE}") from None
+            raise JournalError(f"journal {file}: {error}{DAMAGED_ADVICE}") from None
         except JournalError:
             connection.close()
             raise
@@ -247,19 +250,6 @@ class Journal(JournalReader):
                 "restart_id": restart_id,
             }
         )
-
-
-_DAMAGED_ADVICE = (
-    "; the restarter will not act on a journal it cannot trust: move the file aside "
-    "(a new journal is created) or restore it from a backup"
-)
-
-
-def _check_integrity(connection: sqlite3.Connection, file: Path) -> None:
-    """Refuse a journal whose pages are damaged, before any decision is made from it."""
-    problems = [row[0] for row in connection.execute("PRAGMA quick_check").fetchall()]
-    if problems != ["ok"]:
-        raise JournalError(f"journal {file} is damaged: {problems[0]}{_DAMAGED_ADVICE}")
 
 
 def _migrate(connection: sqlite3.Connection, version: int) -> None:
