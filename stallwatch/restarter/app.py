@@ -29,6 +29,7 @@ from stallwatch.core.alerts import PayloadError, parse_notification
 from stallwatch.net.gate import IDLE_KEEPALIVE_SECONDS, ConnectionGate, RequestsSeen
 from stallwatch.restarter.auth_failures import AuthFailureLog
 from stallwatch.restarter.confirm import Confirmer, confirm_stall
+from stallwatch.restarter.journal import JournalLock
 from stallwatch.restarter.journal_reader import JournalError, printable
 from stallwatch.restarter.service import JOURNAL_UNWRITABLE, Restarter
 
@@ -397,7 +398,20 @@ async def serve(
     stop: asyncio.Event | None = None,
     config_path: Path | None = None,
 ) -> None:
-    """Run the restarter until `stop` is set (or forever); SIGHUP reloads `config_path`."""
+    """Run the restarter until `stop` is set (or forever); SIGHUP reloads `config_path`.
+
+    The journal is claimed first: a second restarter on it stops here, before it reads or
+    writes anything."""
+    lock = JournalLock.take(config.journal)
+    try:
+        await _serve_locked(config, stop, config_path)
+    finally:
+        lock.release()
+
+
+async def _serve_locked(
+    config: RestarterConfig, stop: asyncio.Event | None, config_path: Path | None
+) -> None:
     app = build_app(config, config_path=config_path)
     runner = web.AppRunner(app, access_log=None, keepalive_timeout=IDLE_KEEPALIVE_SECONDS)
     await runner.setup()

@@ -9,6 +9,8 @@ coroutine can run between reading the history and writing the decision that depe
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import os
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -58,6 +60,47 @@ CREATE INDEX IF NOT EXISTS journal_restart_id ON journal (restart_id);
 # all: SCHEMA creates what is missing. A change of the table is one more step here, and
 # SCHEMA_VERSION one more.
 MIGRATIONS: tuple[str, ...] = (SCHEMA,)
+
+
+class JournalLock:
+    """One running restarter's claim on its journal file: a second restarter on the same file
+    is refused at start (both would act on one alert, and each would take the other's running
+    actions for interrupted ones). An advisory `flock` on the file itself, dropped by the kernel
+    when the process ends however it ends; `pause`, `hold` and `journal` from the command line
+    do not take it, so they work beside a running restarter."""
+
+    def __init__(self, fd: int, path: Path) -> None:
+        self._fd: int | None = fd
+        self.path = path
+
+    @classmethod
+    def take(cls, path: str | Path) -> JournalLock:
+        """Claim the journal at `path` (created if missing); a JournalError if another holds it."""
+        file = Path(path)
+        try:
+            file.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(file, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        except OSError as error:
+            raise JournalError(f"journal {file}: cannot open: {error}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise JournalError(
+                f"journal {file} is in use by another running restarter: two restarters on one "
+                "journal would both act on one alert; stop the other one, or give this one a "
+                "journal of its own"
+            ) from None
+        except OSError as error:
+            os.close(fd)
+            raise JournalError(f"journal {file}: cannot lock: {error}") from None
+        return cls(fd, file)
+
+    def release(self) -> None:
+        """Give the journal up (after the restarter has closed it); again is nothing."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 class Journal(JournalReader):

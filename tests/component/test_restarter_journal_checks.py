@@ -1,19 +1,26 @@
 """The journal is checked before it is written, refused alike by the restarter and the journal
-command, and never adopted from another program."""
+command, never adopted from another program, and claimed by one running restarter only."""
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from pathlib import Path
 
+import aiohttp
 import pytest
 
-from stallwatch.restarter.journal import Journal
+from stallwatch.cli import main
+from stallwatch.localstack.processes import free_port
+from stallwatch.restarter.app import serve
+from stallwatch.restarter.journal import Journal, JournalLock
 from stallwatch.restarter.journal_reader import SCHEMA_VERSION, JournalError, JournalReader
 from tests.component.test_restarter_hardening import (
+    command_target,
     damage,
     filled_journal,
 )
+from tests.support.restarter import write_config
 
 
 def _rollback_mode(path: Path) -> None:
@@ -103,3 +110,58 @@ def test_the_journals_own_tables_are_accepted(tmp_path: Path) -> None:
     JournalReader.open_read_only(tmp_path / "journal.sqlite").close()
     (tmp_path / "empty.sqlite").write_bytes(b"")
     Journal.open(tmp_path / "empty.sqlite").close()
+
+
+async def _healthy(url: str) -> None:
+    async with aiohttp.ClientSession() as session:
+        for _ in range(600):
+            try:
+                async with session.get(url) as response:
+                    if response.status == 200:
+                        return
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.05)
+    raise AssertionError(f"{url} never answered")
+
+
+async def test_a_second_restarter_on_one_journal_refuses_to_start(tmp_path: Path) -> None:
+    """While one restarter runs, a second on the same journal stops at start with an error
+    saying another restarter holds it; once the first stops, the journal is free again."""
+    port = free_port()
+    config = write_config(
+        tmp_path,
+        [command_target("gpu1", "http://127.0.0.1:1/m", tmp_path / "m")],
+        listen=f"127.0.0.1:{port}",
+    )
+    stop = asyncio.Event()
+    first = asyncio.create_task(serve(config, stop=stop))
+    try:
+        await _healthy(f"http://127.0.0.1:{port}/-/healthy")
+        with pytest.raises(JournalError, match="in use by another running restarter"):
+            await serve(config, stop=asyncio.Event())
+    finally:
+        stop.set()
+        await first
+    JournalLock.take(config.journal).release()
+
+
+def test_the_restarter_command_says_the_journal_is_in_use(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`stallwatch restarter` on a journal another restarter holds exits 1 with one line naming
+    the journal and why."""
+    write_config(
+        tmp_path,
+        [command_target("gpu1", "http://127.0.0.1:1/m", tmp_path / "m")],
+        listen=f"127.0.0.1:{free_port()}",
+    )
+    lock = JournalLock.take(tmp_path / "journal.sqlite")
+    try:
+        code = main(["restarter", "--config", str(tmp_path / "restarter.yml")])
+    finally:
+        lock.release()
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "journal.sqlite is in use by another running restarter" in err
+    assert "Traceback" not in err
