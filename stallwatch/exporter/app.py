@@ -61,7 +61,7 @@ def build_registry(service: ExporterService) -> CollectorRegistry:
 async def reload_config(service: ExporterService, path: Path) -> str | None:
     """Load, validate, then swap in; on a bad file keep the running config. Returns the error."""
     try:
-        new_config = load_exporter_config(path)
+        new_config = load_exporter_config(path, reloading=True)
     except ConfigError as error:
         service.reload_status.successful = False
         log.error("reload refused, keeping the running config: %s", error)

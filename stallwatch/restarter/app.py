@@ -110,7 +110,7 @@ class ConfigReloader:
         """Swap in the file's config; on any error keep the running one. Returns the error."""
         running = self.restarter.config
         try:
-            loaded = load_restarter_config(self.path)
+            loaded = load_restarter_config(self.path, reloading=True)
         except ConfigError as error:
             self.successful.set(0)
             log.error("reload refused, keeping the running config: %s", error)
