@@ -15,7 +15,7 @@ import re
 import reprlib
 from collections.abc import Callable, Collection, Mapping
 from typing import TypeVar
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit, urlunsplit
 
 DURATION_HINT = "expected a duration like 15s, 10m or 1h"
 # Prometheus' own grammar (model.ParseDuration): units in this order, each at most once.
@@ -130,6 +130,12 @@ def parse_listen(value: str) -> tuple[str, int]:
     return host or "0.0.0.0", int(port_text)
 
 
+def _redacted(parts: SplitResult) -> str:
+    """The URL with its user info replaced by `***@`, safe to show."""
+    host = parts.netloc.rpartition("@")[2]
+    return quoted(urlunsplit(parts._replace(netloc=f"***@{host}")))
+
+
 def check_url(value: str) -> str:
     """Why `value` is not an http(s) URL a client can connect to, or "" if it is one."""
     try:
@@ -138,6 +144,13 @@ def check_url(value: str) -> str:
         return f"not a valid URL ({error}): {quoted(value)}"
     if parts.scheme not in ("http", "https") or not parts.hostname:
         return f"expected an http:// or https:// URL with a host, got {quoted(value)}"
+    if "@" in parts.netloc:
+        # The URL itself is not quoted: it holds the password.
+        return (
+            f"user info (user:password@) is not allowed in a URL, got {_redacted(parts)}: a URL "
+            "is shown in stallwatch_target_info{url}, on / and in logs; credentials go in their "
+            "own config fields (an http action's bearer_token_file), never in a URL"
+        )
     try:
         port = parts.port
     except ValueError:

@@ -191,3 +191,48 @@ def test_an_empty_file_is_refused_on_reload_and_loads_at_start(tmp_path: Path) -
         assert raised.value.message == EMPTY_ON_RELOAD
         assert load_exporter_config(path).targets == ()
     assert load_exporter_config(_write(tmp_path, "targets: []\n"), reloading=True).targets == ()
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "field"),
+    [
+        (
+            "exporter.yml",
+            "targets:\n  - name: a\n    url: http://bob:s3cret@127.0.0.1:8000\n",
+            "targets[0].url",
+        ),
+        (
+            "restarter.yml",
+            "token_file: t\njournal: j.sqlite\ntargets:\n  - name: a\n"
+            "    url: https://bob:s3cret@gpu.example:8000\n"
+            "    action: {kind: http, url: 'http://127.0.0.1:1/restart'}\n",
+            "targets[0].url",
+        ),
+        (
+            "restarter.yml",
+            "token_file: t\njournal: j.sqlite\ntargets:\n  - name: a\n"
+            "    url: http://127.0.0.1:8000\n"
+            "    action: {kind: http, url: 'http://:s3cret@127.0.0.1:1/restart'}\n",
+            "targets[0].action.url",
+        ),
+    ],
+    ids=["exporter-target", "restarter-target", "http-action"],
+)
+def test_user_info_in_a_url_is_refused_without_repeating_the_password(
+    tmp_path: Path, name: str, text: str, field: str
+) -> None:
+    """A static target's URL (or an action's) with user:password@ is refused at load, as a
+    /probe target is, naming the field and where credentials go, and the refusal does not
+    repeat the password (it was sent, and published in stallwatch_target_info{url})."""
+    (tmp_path / "t").write_text("token\n")
+    (tmp_path / "t").chmod(0o600)
+    path = _write(tmp_path, text, name)
+    loader = load_exporter_config if name == "exporter.yml" else load_restarter_config
+    with pytest.raises(ConfigError) as raised:
+        loader(path)
+    errors = getattr(raised.value, "errors", (raised.value,))
+    mine = [error for error in errors if error.field == field]
+    assert mine, str(raised.value)
+    assert "user info (user:password@) is not allowed" in mine[0].message
+    assert "credentials go in their own config fields" in mine[0].message
+    assert "s3cret" not in str(raised.value)
