@@ -26,7 +26,12 @@ from stallwatch.common.config import ConfigError, parse_duration
 from stallwatch.common.config_files import load_restarter_config
 from stallwatch.common.restarter_config import RestarterConfig
 from stallwatch.core.alerts import PayloadError, parse_notification
-from stallwatch.net.gate import IDLE_KEEPALIVE_SECONDS, ConnectionGate, RequestsSeen
+from stallwatch.net.gate import (
+    IDLE_KEEPALIVE_SECONDS,
+    ConnectionGate,
+    MalformedRequestLog,
+    RequestsSeen,
+)
 from stallwatch.restarter.auth_failures import AuthFailureLog
 from stallwatch.restarter.confirm import Confirmer, confirm_stall
 from stallwatch.restarter.journal import JournalLock
@@ -413,7 +418,12 @@ async def _serve_locked(
     config: RestarterConfig, stop: asyncio.Event | None, config_path: Path | None
 ) -> None:
     app = build_app(config, config_path=config_path)
-    runner = web.AppRunner(app, access_log=None, keepalive_timeout=IDLE_KEEPALIVE_SECONDS)
+    runner = web.AppRunner(
+        app,
+        access_log=None,
+        keepalive_timeout=IDLE_KEEPALIVE_SECONDS,
+        logger=MalformedRequestLog(log),
+    )
     await runner.setup()
     host, port = config.host_port
     assert runner.server is not None  # set up above
