@@ -42,6 +42,7 @@ from stallwatch.core.probe_schedule import (
     SCRAPE_TIMEOUT_OFFSET_SECONDS,
     ReadBudget,
     ReadClock,
+    after_cut,
     after_read,
     asked_too_long_ago,
     forgotten,
@@ -207,8 +208,9 @@ class ProbeService:
         if not read_due(entry.clock, now, module.interval_seconds):
             self.answers_from_memory += 1
             return ProbeAnswer(entry.target, entry.history, entry.body(target_text))
+        before = entry.clock
         entry.clock = after_read(entry.clock, now, module.interval_seconds)
-        entry.reading = asyncio.create_task(self._read(entry, budget))
+        entry.reading = asyncio.create_task(self._read(entry, budget, before))
         await asyncio.wait({entry.reading}, timeout=wait)
         return ProbeAnswer(entry.target, entry.history, entry.body(target_text), read=True)
 
@@ -277,7 +279,9 @@ class ProbeService:
         """The most targets module `name` remembers at once (its share of `max_targets`)."""
         return module_max_targets(self._config.modules, name, self.max_targets)
 
-    async def _read(self, entry: _Entry, budget: ReadBudget | None) -> None:
+    async def _read(
+        self, entry: _Entry, budget: ReadBudget | None, before: ReadClock | None
+    ) -> None:
         try:
             async with asyncio.timeout(budget.read if budget is not None else None):
                 outcome = await poll_once(
@@ -292,6 +296,7 @@ class ProbeService:
                 log.exception("probe of %s failed", entry.target.url)
                 return
             self.reads_cut += 1
+            entry.clock = after_cut(before)
             log.warning(
                 "probe of %s cut at the scrape's deadline (%.3g s of a %.3g s scrape timeout)"
                 " with no verdict: the scrape timeout must exceed the module's timeout plus"

@@ -195,3 +195,46 @@ async def test_debug_of_a_target_outside_the_allow_list_is_refused() -> None:
     assert status == 400
     assert text.startswith("probe refused: ")
     assert requests == 0
+
+
+async def test_a_cut_read_leaves_the_slot_to_the_next_scrape() -> None:
+    """A read cut at a short scrape's deadline is not the interval's read: the next /probe of
+    the same slot (module interval 1h) reads the server and judges it, instead of answering
+    the verdict from before the cut."""
+    async with running_simulator() as sim:
+        sim.apply_fault("hang")
+        cfg = config(kind="vllm", timeout="1s", test_request={"enabled": True, "timeout": "30s"})
+        async with exporter(cfg) as (service, url), aiohttp.ClientSession() as session:
+            status, _ = await get(session, url, sim.url, scrape_timeout="1")
+            assert status == 200
+            assert service.probes is not None
+            (entry,) = service.probes.entries.values()
+            assert entry.history.polls == 0
+            sim.apply_fault("recover")
+            status, body = await get(session, url, sim.url, scrape_timeout="10")
+            reads, cut = service.probes.reads, service.probes.reads_cut
+    assert status == 200
+    assert (reads, cut) == (1, 1)
+    assert entry.history.polls == 1
+    assert value(body, "stallwatch_polls_total", target=sim.url) == 1.0
+
+
+async def test_a_scrape_timeout_too_short_or_not_ascii_is_refused_and_reads_nothing() -> None:
+    """`1e-9` (too short to serve a read) and Arabic-Indic digits are 400s that take no read
+    slot and remember no target."""
+    async with (
+        running_simulator() as sim,
+        exporter(config()) as (service, url),
+        aiohttp.ClientSession() as session,
+    ):
+        answers = [
+            await get(session, url, sim.url, scrape_timeout=header)
+            for header in ("1e-9", "\u0661\u0660")
+        ]
+        assert service.probes is not None
+        remembered = len(service.probes.entries)
+    assert [status for status, _ in answers] == [400, 400]
+    assert "too short to serve a read" in answers[0][1]
+    assert "expected a number of seconds" in answers[1][1]
+    assert remembered == 0
+    assert sim.stats()["requests_by_path"].get("/metrics", 0) == 0
