@@ -137,3 +137,33 @@ def read_budget(header: str | None) -> ReadBudget | None:
     read = max(scrape_timeout - SCRAPE_TIMEOUT_OFFSET_SECONDS, scrape_timeout / 2)
     requests = read - min(SCRAPE_TIMEOUT_OFFSET_SECONDS / 2, read / 10)
     return ReadBudget(scrape_timeout=scrape_timeout, requests=requests, read=read)
+
+
+# `/probe?debug=true` reads a server on every call, bypassing the read slots, and parses what it
+# reads in the pool the static targets' big payloads share. Its own budget: at most this many
+# debug polls at once in the whole exporter, and one server polled for debug at most once in
+# DEBUG_MIN_GAP_SECONDS, so whoever may call `/probe` can neither starve the static targets nor
+# aim the exporter at one server again and again.
+DEBUG_MAX_AT_ONCE = 2
+DEBUG_MIN_GAP_SECONDS = 5.0
+# Servers whose last debug poll is remembered at most (older ones are forgotten first).
+DEBUG_MAX_REMEMBERED = 4096
+
+
+def debug_refusal(last_at: float | None, now: float, running: int) -> str:
+    """Why a `/probe?debug=true` of a server last polled for debug at `last_at` (None: not
+    lately), with `running` debug polls under way, is refused now ("" if it may run)."""
+    if running >= DEBUG_MAX_AT_ONCE:
+        return "debug_busy"
+    if last_at is not None and now - last_at < DEBUG_MIN_GAP_SECONDS:
+        return "debug_too_soon"
+    return ""
+
+
+def debug_forgettable(last_debug: Mapping[K, float], now: float) -> list[K]:
+    """The servers whose last debug poll no longer limits them, to forget once the table is
+    full; if none, the oldest."""
+    if len(last_debug) < DEBUG_MAX_REMEMBERED:
+        return []
+    old = [key for key, at in last_debug.items() if now - at >= DEBUG_MIN_GAP_SECONDS]
+    return old or [min(last_debug, key=lambda key: last_debug[key])]

@@ -238,3 +238,82 @@ async def test_a_scrape_timeout_too_short_or_not_ascii_is_refused_and_reads_noth
     assert "expected a number of seconds" in answers[1][1]
     assert remembered == 0
     assert sim.stats()["requests_by_path"].get("/metrics", 0) == 0
+
+
+@contextlib.asynccontextmanager
+async def held_servers(count: int, release: asyncio.Event) -> AsyncIterator[list[str]]:
+    """`count` servers whose `/metrics` and `/v1/models` answer only once `release` is set."""
+
+    async def handle(_request: web.Request) -> web.Response:
+        await release.wait()
+        return web.Response(text="# nothing\n")
+
+    runners = []
+    addresses = []
+    try:
+        for _ in range(count):
+            app = web.Application()
+            app.router.add_get("/{tail:.*}", handle)
+            runner = web.AppRunner(app, shutdown_timeout=1)
+            await runner.setup()
+            runners.append(runner)
+            site = web.TCPSite(runner, "127.0.0.1", 0)
+            await site.start()
+            port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+            addresses.append(f"127.0.0.1:{port}")
+        yield addresses
+    finally:
+        release.set()
+        for runner in runners:
+            await runner.cleanup()
+
+
+async def test_debug_polls_of_one_server_are_rate_limited() -> None:
+    """A second `?debug=true` of one server within 5 s is refused 429 and sends it nothing
+    (200 of them made 600 requests to one server); another server is polled."""
+    async with (
+        running_simulator() as one,
+        running_simulator() as other,
+        exporter(config()) as (service, url),
+        aiohttp.ClientSession() as session,
+    ):
+        first = await get(session, url, one.url, scrape_timeout="10", debug=True)
+        sent = one.stats()["requests_total"]
+        again = [await get(session, url, one.url, debug=True) for _ in range(20)]
+        sent_after = one.stats()["requests_total"]
+        elsewhere = await get(session, url, other.url, debug=True)
+        assert service.probes is not None
+        refused = service.probes.refused[("m", "debug_too_soon")]
+    assert first[0] == 200
+    assert {status for status, _ in again} == {429}
+    assert "polled for debug less than 5 s ago" in again[0][1]
+    assert sent_after == sent
+    assert elsewhere[0] == 200
+    assert refused == 20
+
+
+async def test_debug_polls_have_their_own_bound_at_once() -> None:
+    """With two debug polls under way (their servers not answering), a third, of another
+    server, is refused 503 at once: debug polls cannot fill the parse pool
+    the static targets share."""
+    release = asyncio.Event()
+    async with (
+        held_servers(3, release) as (a, b, c),
+        exporter(config(timeout="30s")) as (service, url),
+        aiohttp.ClientSession() as session,
+    ):
+        assert service.probes is not None
+        probes = service.probes
+        running = [asyncio.create_task(get(session, url, x, debug=True)) for x in (a, b)]
+        for _ in range(600):
+            if probes.debug_running == 2:
+                break
+            await asyncio.sleep(0.02)
+        assert probes.debug_running == 2
+        status, text = await get(session, url, c, debug=True)
+        release.set()
+        answers = await asyncio.gather(*running)
+        assert probes.debug_running == 0
+    assert status == 503
+    assert "2 debug polls are under way already" in text
+    assert [answer[0] for answer in answers] == [200, 200]
