@@ -12,6 +12,8 @@ import ipaddress
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from stallwatch.common.config import quoted
+
 DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
@@ -71,17 +73,17 @@ def parse_target(text: str) -> ProbeTarget:
         parts = urlsplit(url)
         port = parts.port
     except ValueError as error:
-        raise TargetError(f"not a server address ({error}): {text!r}") from None
+        raise TargetError(f"not a server address ({error}): {quoted(text)}") from None
     if parts.scheme not in DEFAULT_PORTS:
-        raise TargetError(f"only http and https targets are read, got {text!r}")
+        raise TargetError(f"only http and https targets are read, got {quoted(text)}")
     if not parts.hostname:
-        raise TargetError(f"no host in {text!r}")
+        raise TargetError(f"no host in {quoted(text)}")
     if parts.username is not None or parts.password is not None:
-        raise TargetError(f"user info is not allowed in a target: {text!r}")
+        raise TargetError(f"user info is not allowed in a target: {quoted(text)}")
     if parts.query or parts.fragment:
-        raise TargetError(f"a target has no query or fragment: {text!r}")
+        raise TargetError(f"a target has no query or fragment: {quoted(text)}")
     if port == 0:
-        raise TargetError(f"port 0 in {text!r}")
+        raise TargetError(f"port 0 in {quoted(text)}")
     host = parts.hostname.lower()
     port = port if port is not None else DEFAULT_PORTS[parts.scheme]
     netloc = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
@@ -102,30 +104,32 @@ def parse_allow_rule(text: str) -> AllowRule:
     if entry.startswith("["):
         close = entry.find("]")
         if close < 0:
-            raise AllowRuleError(f"unclosed [ in {entry!r}")
+            raise AllowRuleError(f"unclosed [ in {quoted(entry)}")
         host_part, rest = entry[1:close], entry[close + 1 :]
         if rest:
             if not rest.startswith(":") or not rest[1:]:
-                raise AllowRuleError(f"expected [address]:port, got {entry!r}")
+                raise AllowRuleError(f"expected [address]:port, got {quoted(entry)}")
             port_glob = rest[1:]
     elif entry.count(":") == 1:
         host_part, port_glob = entry.split(":")
     elif entry.count(":") > 1 and not _is_network(entry):
-        raise AllowRuleError(f"write an IPv6 address in brackets, e.g. [::1]:8000, got {entry!r}")
+        raise AllowRuleError(
+            f"write an IPv6 address in brackets, e.g. [::1]:8000, got {quoted(entry)}"
+        )
     elif (split := _address_and_port(entry)) is not None:
         address, port = split
         raise AllowRuleError(
-            f"{entry!r} is ambiguous: the IPv6 address {entry} on every port, or {address} on"
+            f"{quoted(entry)} is ambiguous: the IPv6 address {entry} on every port, or {address} on"
             f" port {port}? Write [{address}]:{port} for that port, {address} for every port of"
             f" {address}, or [{entry}] for every port of {entry}"
         )
     if not port_glob or not all(c.isdigit() or c in "*?[]-" for c in port_glob):
-        raise AllowRuleError(f"the port must be a number or a glob like 80*, got {entry!r}")
+        raise AllowRuleError(f"the port must be a number or a glob like 80*, got {quoted(entry)}")
     if _is_network(host_part):
         network = ipaddress.ip_network(host_part, strict=False)
         return AllowRule(entry, network, "", port_glob)
     if not host_part or any(c in host_part for c in "/@ "):
-        raise AllowRuleError(f"expected a CIDR or a host name pattern, got {entry!r}")
+        raise AllowRuleError(f"expected a CIDR or a host name pattern, got {quoted(entry)}")
     return AllowRule(entry, None, host_part.lower(), port_glob)
 
 

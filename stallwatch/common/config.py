@@ -12,9 +12,10 @@ no parser.
 from __future__ import annotations
 
 import re
+import reprlib
 from collections.abc import Callable, Collection, Mapping
 from typing import TypeVar
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit, urlunsplit
 
 DURATION_HINT = "expected a duration like 15s, 10m or 1h"
 # Prometheus' own grammar (model.ParseDuration): units in this order, each at most once.
@@ -36,13 +37,40 @@ _UNIT_MILLISECONDS = (
 _MAX_MILLISECONDS = 2**63 - 1
 
 
+# How a value is quoted in a message: bounded, whatever its size (a string of megabytes, or a
+# list reached through YAML aliases many times over), and computed without building the whole.
+_QUOTE = reprlib.Repr()
+_QUOTE.maxlevel = 3
+_QUOTE.maxstring = 80
+_QUOTE.maxother = 80
+_QUOTE.maxlong = 40
+for _name in ("maxlist", "maxtuple", "maxdict", "maxset", "maxfrozenset"):
+    setattr(_QUOTE, _name, 6)
+
+
+# The longest field path or message an error keeps (a key of megabytes is a field path too).
+_LONGEST_MESSAGE = 1000
+
+
+def _bounded(text: str) -> str:
+    if len(text) <= _LONGEST_MESSAGE:
+        return text
+    return f"{text[: _LONGEST_MESSAGE - 30]}... ({len(text)} characters)"
+
+
+def quoted(value: object) -> str:
+    """`value` as a message quotes it: its repr, cut to about a line (`...` where cut)."""
+    return _QUOTE.repr(value)
+
+
 class ConfigError(ValueError):
     """A config that cannot be used, with the file and the field at fault."""
 
     def __init__(self, source: str, field: str, message: str) -> None:
         self.source = source
-        self.field = field
-        self.message = message
+        self.field = _bounded(field)
+        self.message = _bounded(message)
+        field, message = self.field, self.message
         where = f"{source}: {field}: " if field else f"{source}: "
         super().__init__(where + message)
 
@@ -74,19 +102,19 @@ _F = TypeVar("_F")
 def parse_duration(value: object) -> float:
     """Seconds in a Prometheus duration (`30s`, `10m`, `1h30m`, `200ms`, `0`); finite, >= 0."""
     if not isinstance(value, str):
-        raise ValueError(f"{DURATION_HINT}, got {value!r}")
+        raise ValueError(f"{DURATION_HINT}, got {quoted(value)}")
     match = _PROMETHEUS_DURATION.fullmatch(value)
     if value == "0":
         return 0.0
     if not value or match is None:
-        raise ValueError(f"{DURATION_HINT}, got {value!r}")
+        raise ValueError(f"{DURATION_HINT}, got {quoted(value)}")
     milliseconds = sum(
         int(count) * unit
         for count, unit in zip(match.groups(), _UNIT_MILLISECONDS, strict=True)
         if count is not None
     )
     if milliseconds > _MAX_MILLISECONDS:
-        raise ValueError(f"duration out of range: {value!r}")
+        raise ValueError(f"duration out of range: {quoted(value)}")
     return milliseconds / 1000
 
 
@@ -94,12 +122,18 @@ def parse_listen(value: str) -> tuple[str, int]:
     """`host:port`, `[v6]:port`, or `:port` (all interfaces) into a host and a port."""
     host, separator, port_text = value.rpartition(":")
     if not separator or not port_text.isdigit() or int(port_text) > 65535:
-        raise ValueError(f"expected host:port, e.g. 127.0.0.1:9732, got {value!r}")
+        raise ValueError(f"expected host:port, e.g. 127.0.0.1:9732, got {quoted(value)}")
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
     elif ":" in host:
-        raise ValueError(f"write an IPv6 address in brackets, e.g. [::1]:9732, got {value!r}")
+        raise ValueError(f"write an IPv6 address in brackets, e.g. [::1]:9732, got {quoted(value)}")
     return host or "0.0.0.0", int(port_text)
+
+
+def _redacted(parts: SplitResult) -> str:
+    """The URL with its user info replaced by `***@`, safe to show."""
+    host = parts.netloc.rpartition("@")[2]
+    return quoted(urlunsplit(parts._replace(netloc=f"***@{host}")))
 
 
 def check_url(value: str) -> str:
@@ -107,15 +141,22 @@ def check_url(value: str) -> str:
     try:
         parts = urlsplit(value)
     except ValueError as error:
-        return f"not a valid URL ({error}): {value!r}"
+        return f"not a valid URL ({error}): {quoted(value)}"
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        return f"expected an http:// or https:// URL with a host, got {value!r}"
+        return f"expected an http:// or https:// URL with a host, got {quoted(value)}"
+    if "@" in parts.netloc:
+        # The URL itself is not quoted: it holds the password.
+        return (
+            f"user info (user:password@) is not allowed in a URL, got {_redacted(parts)}: a URL "
+            "is shown in stallwatch_target_info{url}, on / and in logs; credentials go in their "
+            "own config fields (an http action's bearer_token_file), never in a URL"
+        )
     try:
         port = parts.port
     except ValueError:
         port = 0
     if port == 0:
-        return f"the port must be a number from 1 to 65535, got {value!r}"
+        return f"the port must be a number from 1 to 65535, got {quoted(value)}"
     return ""
 
 
@@ -146,7 +187,7 @@ class Section:
         for key in data:
             if not isinstance(key, str):
                 self._record(
-                    ConfigError(source, path or "(top level)", f"key {key!r} is not a string")
+                    ConfigError(source, path or "(top level)", f"key {quoted(key)} is not a string")
                 )
             elif key not in keys:
                 known = ", ".join(sorted(keys))
@@ -199,7 +240,7 @@ class Section:
     def string(self, key: str, default: str | None = None, *, required: bool = False) -> str:
         value = self.required(key) if required else self.raw(key, default)
         if not isinstance(value, str) or not value:
-            message = f"expected a non-empty string, got {value!r}"
+            message = f"expected a non-empty string, got {quoted(value)}"
             if required or not default:
                 raise self.error(key, message)
             return self._fallback(key, message, default)
@@ -212,20 +253,20 @@ class Section:
         value = self.raw(key, list(default))
         if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
             return self._fallback(
-                key, f"expected a list of non-empty strings, got {value!r}", default
+                key, f"expected a list of non-empty strings, got {quoted(value)}", default
             )
         return tuple(value)
 
     def boolean(self, key: str, default: bool) -> bool:
         value = self.raw(key, default)
         if not isinstance(value, bool):
-            return self._fallback(key, f"expected true or false, got {value!r}", default)
+            return self._fallback(key, f"expected true or false, got {quoted(value)}", default)
         return value
 
     def integer(self, key: str, default: int, *, minimum: int = 0) -> int:
         value = self.raw(key, default)
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            message = f"expected an integer >= {minimum}, got {value!r}"
+            message = f"expected an integer >= {minimum}, got {quoted(value)}"
             return self._fallback(key, message, max(default, minimum))
         return value
 
@@ -235,7 +276,7 @@ class Section:
             return default
         value = self._data[key]
         if isinstance(value, bool) or not isinstance(value, int | float):
-            return self._fallback(key, f"expected a number, got {value!r}", default)
+            return self._fallback(key, f"expected a number, got {quoted(value)}", default)
         if not above < value <= at_most:
             message = f"must be above {above:g} and at most {at_most:g}, got {value}"
             return self._fallback(key, message, default)
@@ -265,7 +306,7 @@ class Section:
     def choice(self, key: str, default: str, choices: tuple[str, ...]) -> str:
         value = self.raw(key, default)
         if not isinstance(value, str) or value not in choices:
-            message = f"expected one of {', '.join(choices)}, got {value!r}"
+            message = f"expected one of {', '.join(choices)}, got {quoted(value)}"
             if default not in choices:
                 raise self.error(key, message)
             return self._fallback(key, message, default)

@@ -11,7 +11,7 @@ from typing import Literal, cast
 from urllib.parse import urlsplit, urlunsplit
 
 from stallwatch.common.allowlist import AllowRuleError, parse_allow_rule
-from stallwatch.common.config import ConfigError, Section
+from stallwatch.common.config import ConfigError, Section, quoted
 from stallwatch.engines import AUTO, DEFAULT_METRICS_PATH, TARGET_KINDS, default_metrics_path
 
 # A target's `kind`: one of the engine registry's TARGET_KINDS (`auto`, the default, recognises
@@ -109,8 +109,8 @@ def metrics_in_base_url(url: str) -> str:
     base_path = "/".join(segments[: segments.index("metrics")])
     base = urlunsplit((parts.scheme, parts.netloc, base_path, "", ""))
     return (
-        f"{url!r} points into /metrics: give the server's base URL, {base!r} (stallwatch "
-        "reads its metrics under the base URL and sends the test request to "
+        f"{quoted(url)} points into /metrics: give the server's base URL, {quoted(base)} "
+        "(stallwatch reads its metrics under the base URL and sends the test request to "
         "base + /v1/completions; vLLM answers every path under /metrics with metrics, so that "
         "request would fail and a healthy idle server would read unresponsive)"
     )
@@ -322,7 +322,7 @@ def _target(
     labels = section.string_map("labels")
     for label in labels:
         if not _LABEL_NAME.match(label) or label.startswith("__") or label in _RESERVED_LABELS:
-            section.report("labels", f"{label!r} cannot be used as a label name")
+            section.report("labels", f"{quoted(label)} cannot be used as a label name")
     kind = section.choice("kind", AUTO, TARGET_KINDS)
     metrics_path = section.string("metrics_path", default_metrics_path(kind))
     if not metrics_path.startswith("/"):
@@ -466,7 +466,7 @@ def exporter_config_from_mapping(data: object, source: str) -> ExporterConfig:
         if target is None:
             continue
         if target.name in {t.name for t in targets}:
-            section.report("name", f"duplicate target name {target.name!r}")
+            section.report("name", f"duplicate target name {quoted(target.name)}")
         targets.append(target)
     modules_section = top.raw("modules", {})
     if not isinstance(modules_section, Mapping):

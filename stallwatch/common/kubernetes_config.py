@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal
 
-from stallwatch.common.config import Section
+from stallwatch.common.config import Section, quoted
 from stallwatch.common.restart_limits import (
     BUDGET_KEYS,
     DEFAULT_RESTART_AFTER,
@@ -174,7 +174,7 @@ def _rule(section: Section, restart_after: float) -> PodRule:
         raise section.error("namespaces", "list the namespaces this rule may restart pods in")
     for namespace in namespaces:
         if not _DNS_LABEL.fullmatch(namespace):
-            raise section.error("namespaces", f"{namespace!r} is not a namespace name")
+            raise section.error("namespaces", f"{quoted(namespace)} is not a namespace name")
     selector = section.string_map("selector")
     if not selector:
         raise section.error(

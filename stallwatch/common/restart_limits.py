@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from stallwatch.common.config import Section
+from stallwatch.common.config import Section, quoted
 
 BUDGET_KEYS = ("max_restarts", "window")
 
@@ -55,7 +55,7 @@ def cooldown_auto_from(section: Section) -> CooldownAuto | None:
         auto.report("max", "must not be shorter than floor")
     factor = auto.raw("factor", 3.0)
     if isinstance(factor, bool) or not isinstance(factor, int | float) or not 1 <= factor <= 100:
-        auto.report("factor", f"expected a number from 1 to 100, got {factor!r}")
+        auto.report("factor", f"expected a number from 1 to 100, got {quoted(factor)}")
         factor = 3.0
     return CooldownAuto(floor=floor, factor=float(factor), max=ceiling)
 

@@ -10,7 +10,7 @@ from types import MappingProxyType
 from typing import Literal
 from urllib.parse import urlsplit
 
-from stallwatch.common.config import Section, parse_listen
+from stallwatch.common.config import Section, parse_listen, quoted
 from stallwatch.common.exporter_config import metrics_in_base_url
 from stallwatch.common.kubernetes_config import (
     KUBERNETES_ACTION_KEYS,
@@ -185,7 +185,7 @@ class RestarterConfig:
 def _command_action(section: Section, files: RestarterFiles, action_timeout: float) -> Action:
     argv = section.raw("argv")
     if not isinstance(argv, list):
-        raise section.error("argv", f"expected a list of strings, got {argv!r}")
+        raise section.error("argv", f"expected a list of strings, got {quoted(argv)}")
     program = section.string_list("argv", ())
     if not program:
         raise section.error("argv", "expected at least the program")
@@ -255,7 +255,7 @@ def _action(section: Section, files: RestarterFiles, action_timeout: float) -> A
     spec = ACTION_KINDS.get(kind) if isinstance(kind, str) else None
     if spec is None:
         kinds = ", ".join(ACTION_KINDS)
-        raise section.error("action.kind", f"expected one of {kinds}, got {kind!r}")
+        raise section.error("action.kind", f"expected one of {kinds}, got {quoted(kind)}")
     action_section = section.section("action", spec.keys)
     return spec.parse(action_section, files, action_timeout)
 
@@ -286,7 +286,7 @@ def _metrics_url(section: Section, warnings: list[str]) -> str:
         if path in ("", "/"):
             raise section.error(
                 "metrics_url",
-                f"{metrics_url!r} is a base URL, not a /metrics endpoint: write "
+                f"{quoted(metrics_url)} is a base URL, not a /metrics endpoint: write "
                 f"url: {metrics_url.rstrip('/')} instead (the metrics are read at url + "
                 "metrics_path, /metrics unless given)",
             )
@@ -433,7 +433,7 @@ def restarter_config_from_mapping(data: object, source: str, base_dir: Path) -> 
         if target is None:
             continue
         if target.name in {t.name for t in targets}:
-            section.report("name", f"duplicate target name {target.name!r}")
+            section.report("name", f"duplicate target name {quoted(target.name)}")
         targets.append(target)
     top.finish()
     uses_kubernetes = bool(rules) or any(

@@ -11,7 +11,7 @@ import shutil
 import stat
 from pathlib import Path
 
-from stallwatch.common.config import Section
+from stallwatch.common.config import Section, quoted
 
 
 class RestarterFiles:
@@ -65,7 +65,7 @@ class RestarterFiles:
         executable file, or a name found on the PATH now, as it would be at restart time."""
         if "/" not in name:
             if shutil.which(name) is None:
-                raise section.error("argv", f"program {name!r} not found on the PATH")
+                raise section.error("argv", f"program {quoted(name)} not found on the PATH")
             return name
         resolved = self.base_dir / Path(name).expanduser()
         if not resolved.is_file():

@@ -10,6 +10,7 @@ count of consecutive polls all stay those of one reader at the module's interval
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TypeVar
@@ -39,6 +40,14 @@ def read_due(clock: ReadClock | None, now: float, interval: float) -> bool:
     if clock is None or clock.interval != interval or now < clock.origin:
         return True  # never read, the module's interval changed, or the clock went back
     return clock.slot(now) > clock.last_slot
+
+
+def after_cut(before: ReadClock | None) -> ReadClock | None:
+    """The clock after a read cut at the scrape's deadline: as it was before the read. A cut
+    read judged nothing, so it is not the slot's read: the next `/probe` of the slot reads
+    (else one scrape with a tiny timeout would leave every other scrape of its slot the verdict
+    from before)."""
+    return before
 
 
 def after_read(clock: ReadClock | None, now: float, interval: float) -> ReadClock:
@@ -83,6 +92,13 @@ def no_room(remembered: int, in_module: int, *, max_targets: int, module_max: in
 # (a tenth of the read, if less) earlier still, so a server that never answers is judged (hung)
 # before the read is cut.
 SCRAPE_TIMEOUT_OFFSET_SECONDS = 0.5
+# A scrape timeout below this cannot serve a read (a read gets half of it, its requests less):
+# refused, so that no header, however small, takes a target's read slot for a read cut at once.
+MIN_SCRAPE_TIMEOUT_SECONDS = 0.25
+# What Prometheus sends (a decimal number of seconds), in ASCII digits only (no Arabic-Indic
+# digit, no `1_0`).
+_SECONDS = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?", re.ASCII)
+_WORDS = ("inf", "+inf", "-inf", "infinity", "+infinity", "-infinity", "nan", "+nan", "-nan")
 
 
 @dataclass(frozen=True)
@@ -97,17 +113,52 @@ class ReadBudget:
 def read_budget(header: str | None) -> ReadBudget | None:
     """The budget `X-Prometheus-Scrape-Timeout-Seconds` gives a read (None: no header).
 
-    Raises ValueError for a header that is not a positive number of seconds.
+    Raises ValueError for a header that is not a positive number of seconds in ASCII digits,
+    or one below MIN_SCRAPE_TIMEOUT_SECONDS.
     """
     if header is None:
         return None
-    try:
-        scrape_timeout = float(header)
-    except ValueError:
-        raise ValueError(f"expected a number of seconds, got {header!r}") from None
+    shown = repr(header[:40] + ("..." if len(header) > 40 else ""))
+    if _SECONDS.fullmatch(header) is None and header.lower() not in _WORDS:
+        raise ValueError(f"expected a number of seconds, got {shown}")
+    scrape_timeout = float(header)
     if not math.isfinite(scrape_timeout) or scrape_timeout <= 0:
-        raise ValueError(f"expected a positive number of seconds, got {header!r}")
+        raise ValueError(f"expected a positive number of seconds, got {shown}")
+    if scrape_timeout < MIN_SCRAPE_TIMEOUT_SECONDS:
+        raise ValueError(
+            f"{shown} seconds is too short to serve a read: at least {MIN_SCRAPE_TIMEOUT_SECONDS:g}"
+        )
     # A short scrape keeps half its time for the read, whatever the offset.
     read = max(scrape_timeout - SCRAPE_TIMEOUT_OFFSET_SECONDS, scrape_timeout / 2)
     requests = read - min(SCRAPE_TIMEOUT_OFFSET_SECONDS / 2, read / 10)
     return ReadBudget(scrape_timeout=scrape_timeout, requests=requests, read=read)
+
+
+# `/probe?debug=true` reads a server on every call, bypassing the read slots, and parses what it
+# reads in the pool the static targets' big payloads share. Its own budget: at most this many
+# debug polls at once in the whole exporter, and one server polled for debug at most once in
+# DEBUG_MIN_GAP_SECONDS, so whoever may call `/probe` can neither starve the static targets nor
+# aim the exporter at one server again and again.
+DEBUG_MAX_AT_ONCE = 2
+DEBUG_MIN_GAP_SECONDS = 5.0
+# Servers whose last debug poll is remembered at most (older ones are forgotten first).
+DEBUG_MAX_REMEMBERED = 4096
+
+
+def debug_refusal(last_at: float | None, now: float, running: int) -> str:
+    """Why a `/probe?debug=true` of a server last polled for debug at `last_at` (None: not
+    lately), with `running` debug polls under way, is refused now ("" if it may run)."""
+    if running >= DEBUG_MAX_AT_ONCE:
+        return "debug_busy"
+    if last_at is not None and now - last_at < DEBUG_MIN_GAP_SECONDS:
+        return "debug_too_soon"
+    return ""
+
+
+def debug_forgettable(last_debug: Mapping[K, float], now: float) -> list[K]:
+    """The servers whose last debug poll no longer limits them, to forget once the table is
+    full; if none, the oldest."""
+    if len(last_debug) < DEBUG_MAX_REMEMBERED:
+        return []
+    old = [key for key, at in last_debug.items() if now - at >= DEBUG_MIN_GAP_SECONDS]
+    return old or [min(last_debug, key=lambda key: last_debug[key])]

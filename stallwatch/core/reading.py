@@ -5,10 +5,13 @@ Which series feed which field of the sample is each engine's profile
 the engine whose identifying families are present. A payload is tens of KB of exposition
 text of which a few dozen lines matter: the parser finds the lines that start with a name it
 wants with one regular expression (a prefix tree of the names, run in C), and parses labels
-and value only for those. A payload with characters that `str.splitlines` or `str.strip`
-treat as line breaks or blanks besides newline, space and tab is read line by line instead,
-with the same result. A garbled payload is not an error: unreadable lines are counted and
-skipped, and a payload without any engine series yields a reading with no engines.
+and value only for those. A payload that is not all ASCII, or holds a carriage return or
+another ASCII control character besides newline and tab, is read line by line instead, with
+the same result. Either way the grammar is Prometheus' text format: lines end at newline alone
+(a U+2028 inside a label value is part of it), and spaces or tabs may stand between a name and
+its `{`, between labels, and before the value. A garbled payload is not an error: unreadable
+lines are counted and skipped, and a payload without any engine series yields a reading with
+no engines.
 """
 
 from __future__ import annotations
@@ -149,7 +152,7 @@ class _MalformedLine(ValueError):
 
 # One label without a backslash in its value, as the loop below reads it: separators skipped,
 # not the set's end, the name up to the first "=", a quoted value.
-_PLAIN_LABEL = re.compile(r'[ ,]*+(?!\})([^=]*)="([^"\\]*)"')
+_PLAIN_LABEL = re.compile(r'[ \t,]*+(?!\})([^=]*)="([^"\\]*)"')
 
 
 def _parse_labels(text: str, start: int, *, plain_first: bool = True) -> tuple[dict[str, str], int]:
@@ -163,7 +166,7 @@ def _parse_labels(text: str, start: int, *, plain_first: bool = True) -> tuple[d
         labels[plain[1].strip()] = plain[2]
         position = plain.end()
     while True:
-        while position < length and text[position] in " ,":
+        while position < length and text[position] in " \t,":
             position += 1
         if position >= length:
             raise _MalformedLine("unterminated label set")
@@ -202,15 +205,22 @@ def _parse_value(text: str) -> float:
         raise _MalformedLine(f"bad value {fields[0]!r}") from error
 
 
+# Where a sample's name ends, as Prometheus' text format reads it: at "{" or a blank (space or
+# tab); blanks may stand between the name and "{", and between the labels and the value.
+_NAME_END = re.compile(r"[{ \t]")
+_BLANKS = re.compile(r"[ \t]*")
+
+
 def _split_sample(line: str) -> tuple[str, dict[str, str], float]:
-    brace = line.find("{")
-    space = line.find(" ")
-    if brace >= 0 and (space < 0 or brace < space):
-        labels, after = _parse_labels(line, brace)
-        return line[:brace], labels, _parse_value(line[after:])
-    if space < 0:
+    end = _NAME_END.search(line)
+    if end is None:
         raise _MalformedLine("no value")
-    return line[:space], {}, _parse_value(line[space:])
+    name = line[: end.start()]
+    brace = _BLANKS.match(line, end.start()).end()  # type: ignore[union-attr]
+    if brace < len(line) and line[brace] == "{":
+        labels, after = _parse_labels(line, brace)
+        return name, labels, _parse_value(line[after:])
+    return name, {}, _parse_value(line[end.start() :])
 
 
 _Tree = dict[str, "_Tree"]
@@ -238,10 +248,12 @@ def _prefix_tree(names: Iterable[str]) -> str:
     return pattern(tree)
 
 
-# Characters that `str.splitlines` breaks lines at, or that `str.strip` strips, besides "\n",
-# " " and "\t" (in ASCII): a payload with none of them, all ASCII, splits into the same lines
-# at "\n" alone.
+# Characters besides "\n", " " and "\t" that the line-by-line reading below strips at a
+# line's ends (a CRLF payload), or that lines starting with them need a look of their own: a
+# payload with none of them, all ASCII, is read by the expression.
 _ODD_ASCII = ("\r", "\v", "\f", "\x1c", "\x1d", "\x1e", "\x1f")
+# What the line-by-line reading strips at a line's ends: blanks, and a CRLF payload's "\r".
+_LINE_ENDS = " \t\r\v\f\x1c\x1d\x1e\x1f"
 # In "\n" + payload: the first line that is neither blank nor a comment.
 _FIRST_SAMPLE = re.compile(r"\n[ \t]*[^# \t\n]")
 
@@ -267,10 +279,10 @@ def _table(profiles: Iterable[EngineProfile]) -> _Table:
             inflight[profile.inflight.name] = (profile, profile.inflight)
     names = {*series, *inflight, PROCESS_START_TIME}
     letters = {name[0] for name in names}
-    # A name ends at "{" or " " (where the loop below cuts it) or at the line's end. The loop
-    # checks each name again: the expression may find too many lines, never too few.
+    # A name ends at "{", a space or a tab (where the loop below cuts it) or at the line's end.
+    # The loop checks each name again: the expression may find too many lines, never too few.
     wanted_lines = re.compile(
-        r"\n[ \t]*((?:" + _prefix_tree(names) + r")(?:[{ ][^\n]*|[ \t]*(?=\n|\Z)))"
+        r"\n[ \t]*((?:" + _prefix_tree(names) + r")(?:[{ \t][^\n]*|[ \t]*(?=\n|\Z)))"
     )
     return _Table(series, inflight, frozenset(letters), wanted_lines)
 
@@ -291,12 +303,14 @@ def _lines_by_expression(payload: str, table: _Table) -> tuple[list[str], bool] 
 
 def _lines_one_by_one(payload: str, table: _Table) -> tuple[list[str], bool]:
     """What `_lines_by_expression` gives, read line by line: every stripped line whose first
-    character starts a wanted name, and whether the payload has no sample at all."""
+    character starts a wanted name, and whether the payload has no sample at all. Lines end at
+    "\n" alone, as Prometheus reads them: a Unicode line separator (U+2028, U+0085) inside a
+    label value is part of the value, not a line break."""
     first_letters = table.first_letters
     lines: list[str] = []
     empty = True
-    for raw_line in payload.splitlines():
-        line = raw_line.strip()
+    for raw_line in payload.split("\n"):
+        line = raw_line.strip(_LINE_ENDS)
         if not line:
             continue
         if empty and line[0] != "#":
@@ -339,12 +353,8 @@ def parse_reading(
     start_time: float | None = None
     malformed = 0
     for line in lines:
-        end = len(line)
-        for stop in ("{", " "):
-            found = line.find(stop)
-            if 0 <= found < end:
-                end = found
-        name = line[:end]
+        end = _NAME_END.search(line)
+        name = line if end is None else line[: end.start()]
         entry = wanted.get(name)
         if entry is None:
             if name == PROCESS_START_TIME:

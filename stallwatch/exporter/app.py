@@ -32,7 +32,12 @@ from stallwatch.exporter.exposition import UnsupportedFamily, exposition
 from stallwatch.exporter.multitarget import ProbeCollector
 from stallwatch.exporter.service import ExporterService
 from stallwatch.exporter.web_config import WebConfig, protect, server_ssl_context
-from stallwatch.net.gate import ConnectionGate, RequestsSeen, cap_for_open_files
+from stallwatch.net.gate import (
+    ConnectionGate,
+    MalformedRequestLog,
+    RequestsSeen,
+    cap_for_open_files,
+)
 
 log = logging.getLogger("stallwatch.exporter")
 
@@ -61,7 +66,7 @@ def build_registry(service: ExporterService) -> CollectorRegistry:
 async def reload_config(service: ExporterService, path: Path) -> str | None:
     """Load, validate, then swap in; on a bad file keep the running config. Returns the error."""
     try:
-        new_config = load_exporter_config(path)
+        new_config = load_exporter_config(path, reloading=True)
     except ConfigError as error:
         service.reload_status.successful = False
         log.error("reload refused, keeping the running config: %s", error)
@@ -190,7 +195,7 @@ async def running_exporter(
         service = ExporterService(config, session)
         app = build_app(service, config_path)
         protect(app, web_config)
-        runner = web.AppRunner(app, access_log=None)
+        runner = web.AppRunner(app, access_log=None, logger=MalformedRequestLog(log))
         await runner.setup()
         assert runner.server is not None  # set up above
         cap = max_connections if max_connections is not None else cap_for_open_files()

@@ -39,11 +39,16 @@ from stallwatch.common.exporter_config import (
 )
 from stallwatch.core.history import TargetHistory
 from stallwatch.core.probe_schedule import (
+    DEBUG_MAX_AT_ONCE,
+    DEBUG_MIN_GAP_SECONDS,
     SCRAPE_TIMEOUT_OFFSET_SECONDS,
     ReadBudget,
     ReadClock,
+    after_cut,
     after_read,
     asked_too_long_ago,
+    debug_forgettable,
+    debug_refusal,
     forgotten,
     no_room,
     read_due,
@@ -65,6 +70,8 @@ REFUSAL_REASONS = (
     "not_allowed",
     "module_full",
     "too_many_targets",
+    "debug_busy",
+    "debug_too_soon",
 )
 # Targets nobody asked for are looked for at most this often: a sweep walks every target, and
 # doing it at every `/probe` would make each scrape cost grow with the number of targets.
@@ -135,6 +142,8 @@ class ProbeService:
         self._config = config
         self._rules: dict[str, tuple[AllowRule, ...]] = {}
         self._next_sweep_at: float | None = None
+        self.debug_running = 0
+        self._last_debug: dict[str, float] = {}  # by server URL: when its last debug poll began
         self.apply(config)
 
     @property
@@ -207,8 +216,9 @@ class ProbeService:
         if not read_due(entry.clock, now, module.interval_seconds):
             self.answers_from_memory += 1
             return ProbeAnswer(entry.target, entry.history, entry.body(target_text))
+        before = entry.clock
         entry.clock = after_read(entry.clock, now, module.interval_seconds)
-        entry.reading = asyncio.create_task(self._read(entry, budget))
+        entry.reading = asyncio.create_task(self._read(entry, budget, before))
         await asyncio.wait({entry.reading}, timeout=wait)
         return ProbeAnswer(entry.target, entry.history, entry.body(target_text), read=True)
 
@@ -224,19 +234,37 @@ class ProbeService:
         if isinstance(checked, ProbeAnswer):
             return checked
         module, target = checked
+        now = self.clock()
+        refusal = debug_refusal(self._last_debug.get(target.url), now, self.debug_running)
+        if refusal == "debug_busy":
+            detail = f"{DEBUG_MAX_AT_ONCE} debug polls are under way already; try again shortly"
+            return self.refuse(module_name, refusal, detail, status=503)
+        if refusal:
+            detail = (
+                f"{target.host}:{target.port} was polled for debug less than "
+                f"{DEBUG_MIN_GAP_SECONDS:g} s ago"
+            )
+            return self.refuse(module_name, refusal, detail, status=429)
+        for key in debug_forgettable(self._last_debug, now):
+            del self._last_debug[key]
+        self._last_debug[target.url] = now
         entry = self.entries.get((module_name, target.url))
         history = entry.history if entry is not None else TargetHistory()
         config = module.target(target_text, target.url)
         poll = DebugPoll()
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(budget.read if budget is not None else None):
-                await debug_poll(
-                    self.session,
-                    within(config, budget),
-                    history,
-                    max_payload_bytes=self._config.max_payload_bytes,
-                    into=poll,
-                )
+        self.debug_running += 1
+        try:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(budget.read if budget is not None else None):
+                    await debug_poll(
+                        self.session,
+                        within(config, budget),
+                        history,
+                        max_payload_bytes=self._config.max_payload_bytes,
+                        into=poll,
+                    )
+        finally:
+            self.debug_running -= 1
         after = (
             history.advance(poll.outcome, config.degraded) if poll.outcome is not None else history
         )
@@ -277,7 +305,9 @@ class ProbeService:
         """The most targets module `name` remembers at once (its share of `max_targets`)."""
         return module_max_targets(self._config.modules, name, self.max_targets)
 
-    async def _read(self, entry: _Entry, budget: ReadBudget | None) -> None:
+    async def _read(
+        self, entry: _Entry, budget: ReadBudget | None, before: ReadClock | None
+    ) -> None:
         try:
             async with asyncio.timeout(budget.read if budget is not None else None):
                 outcome = await poll_once(
@@ -292,6 +322,7 @@ class ProbeService:
                 log.exception("probe of %s failed", entry.target.url)
                 return
             self.reads_cut += 1
+            entry.clock = after_cut(before)
             log.warning(
                 "probe of %s cut at the scrape's deadline (%.3g s of a %.3g s scrape timeout)"
                 " with no verdict: the scrape timeout must exceed the module's timeout plus"

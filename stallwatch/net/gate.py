@@ -1,5 +1,5 @@
 """Admit connections to a listening port (the restarter's, the exporter's): a cap on how many,
-a deadline for the headers.
+a deadline for the headers, and one throttled line for a malformed request.
 
 An unauthenticated client can open connections and send nothing, or half a request; each
 holds a file descriptor. The gate refuses connections beyond a total and a per-address cap
@@ -13,11 +13,18 @@ up on its port cannot take the ones its polls open.
 from __future__ import annotations
 
 import asyncio
+import logging
 import resource
+import time
 import weakref
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.log import server_logger
+
+from stallwatch.common.config import quoted
+from stallwatch.core.address_throttle import AddressThrottle
 
 # The restarter's caps. Well below the usual limit of 1 024 open files, which the journal and
 # actions share.
@@ -119,3 +126,49 @@ class _Gatekeeper(asyncio.Protocol):
         self._gate.refused += 1
         transport.write(_BUSY)
         transport.close()
+
+
+class MalformedRequestLog(logging.Logger):
+    """aiohttp's server logger for one port (`web.AppRunner(..., logger=...)`).
+
+    aiohttp logs every request it cannot parse as an ERROR with a traceback: one client sending
+    garbage could write hundreds a second. Here such a request is one warning on `log`, at most
+    one per client address a minute (AddressThrottle) with how many were not logged, and
+    never a traceback. Everything else aiohttp's server logs (a handler's own failure) goes to
+    its usual logger unchanged.
+    """
+
+    def __init__(
+        self,
+        log: logging.Logger,
+        *,
+        throttle: AddressThrottle | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__(server_logger.name)
+        self._warn_to = log
+        self._throttle = throttle if throttle is not None else AddressThrottle()
+        self._clock = clock
+
+    def isEnabledFor(self, level: int) -> bool:
+        return server_logger.isEnabledFor(level)
+
+    def handle(self, record: logging.LogRecord) -> None:
+        error = record.exc_info[1] if record.exc_info else None
+        if not isinstance(error, HttpProcessingError):
+            server_logger.handle(record)
+            return
+        if record.levelno < logging.WARNING:  # aiohttp's own debug line for a non-HTTP client
+            return
+        client = str(record.args[0]) if isinstance(record.args, tuple) and record.args else "?"
+        unlogged = self._throttle.failure(client, self._clock())
+        if unlogged is None:
+            return
+        more = f" ({unlogged} more from it not logged)" if unlogged else ""
+        self._warn_to.warning(
+            "malformed HTTP request from %s: %d %s%s; at most one line a minute per address",
+            client,
+            error.code,
+            quoted(" ".join(str(error.message).split())),
+            more,
+        )

@@ -34,10 +34,16 @@ from stallwatch.core.routing_answers import (
     routable_answer,
     valid_target_name,
 )
-from stallwatch.net.gate import IDLE_KEEPALIVE_SECONDS, ConnectionGate, RequestsSeen
+from stallwatch.net.gate import (
+    IDLE_KEEPALIVE_SECONDS,
+    ConnectionGate,
+    MalformedRequestLog,
+    RequestsSeen,
+)
 from stallwatch.restarter.agent import AgentResponder
 from stallwatch.restarter.auth_failures import AuthFailureLog
 from stallwatch.restarter.confirm import Confirmer, confirm_stall
+from stallwatch.restarter.journal import JournalLock
 from stallwatch.restarter.journal_reader import JournalError, printable
 from stallwatch.restarter.service import JOURNAL_UNWRITABLE, Restarter
 
@@ -118,7 +124,7 @@ class ConfigReloader:
         """Swap in the file's config; on any error keep the running one. Returns the error."""
         running = self.restarter.config
         try:
-            loaded = load_restarter_config(self.path)
+            loaded = load_restarter_config(self.path, reloading=True)
         except ConfigError as error:
             self.successful.set(0)
             log.error("reload refused, keeping the running config: %s", error)
@@ -256,7 +262,7 @@ async def handle_alerts(request: web.Request) -> web.StreamResponse:
     restarter = request.app[RESTARTER_KEY]
     if not authorized(restarter.config, request):
         return _unauthorized(request)
-    if restarter.kube is not None and not restarter.kube.acting:
+    if not restarter.leads:
         # Not the Lease holder: Alertmanager retries, and the Service sends it to the holder.
         return _error(503, "this replica does not hold the Lease; another one acts")
     limit = restarter.config.max_body_bytes
@@ -464,9 +470,27 @@ async def serve(
     stop: asyncio.Event | None = None,
     config_path: Path | None = None,
 ) -> None:
-    """Run the restarter until `stop` is set (or forever); SIGHUP reloads `config_path`."""
+    """Run the restarter until `stop` is set (or forever); SIGHUP reloads `config_path`.
+
+    The journal is claimed first: a second restarter on it stops here, before it reads or
+    writes anything."""
+    lock = JournalLock.take(config.journal)
+    try:
+        await _serve_locked(config, stop, config_path)
+    finally:
+        lock.release()
+
+
+async def _serve_locked(
+    config: RestarterConfig, stop: asyncio.Event | None, config_path: Path | None
+) -> None:
     app = build_app(config, config_path=config_path)
-    runner = web.AppRunner(app, access_log=None, keepalive_timeout=IDLE_KEEPALIVE_SECONDS)
+    runner = web.AppRunner(
+        app,
+        access_log=None,
+        keepalive_timeout=IDLE_KEEPALIVE_SECONDS,
+        logger=MalformedRequestLog(log),
+    )
     await runner.setup()
     host, port = config.host_port
     assert runner.server is not None  # set up above

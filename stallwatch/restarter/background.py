@@ -23,7 +23,7 @@ from stallwatch.restarter.journal_reader import INTERRUPTED, JournalError, print
 from stallwatch.restarter.metrics import RestarterMetrics
 
 if TYPE_CHECKING:
-    from stallwatch.restarter.kube.side import KubeSide
+    from stallwatch.restarter.platform import Platform
 
 log = logging.getLogger("stallwatch.restarter")
 
@@ -50,7 +50,7 @@ class BackgroundActions:
         self.acting: set[str] = set()
         self._session: aiohttp.ClientSession | None = None
         self._runner: ActionRunner | None = None
-        self._kube: KubeSide | None = None
+        self._platform: Platform | None = None
 
     def close_interrupted(self) -> None:
         """Journal as interrupted the actions a previous run started and never saw finish."""
@@ -68,11 +68,12 @@ class BackgroundActions:
                 detail,
             )
 
-    def start(self, session: aiohttp.ClientSession, kube: KubeSide | None) -> None:
-        """Run actions with `session` (and, on Kubernetes, `kube`'s pod actor) from now on."""
+    def start(self, session: aiohttp.ClientSession, platform: Platform) -> None:
+        """Run actions with `session` (and the platform's pod actor, if it has one) from now
+        on."""
         self._session = session
-        self._kube = kube
-        self._runner = ActionRunner(session, kube=kube.actor if kube else None)
+        self._platform = platform
+        self._runner = ActionRunner(session, kube=platform.actor)
 
     def launch(self, restart_id: int, target: Target) -> None:
         """Run `target`'s action in the background for the restart journaled at `restart_id`."""
@@ -118,8 +119,8 @@ class BackgroundActions:
             await self.fleet.measure_load(self._session, restart_id, target, started_at)
 
     def _record_outcome(self, restart_id: int, target: Target, outcome: ActionOutcome) -> None:
-        if self._kube is not None:
-            self._kube.on_outcome(target, outcome.result, outcome.detail)
+        if self._platform is not None:
+            self._platform.on_outcome(target, outcome.result, outcome.detail)
         self.metrics.restarts.labels(target=target.name, result=outcome.result).inc()
         self.metrics.action_duration.labels(target=target.name).observe(outcome.duration)
         level = logging.INFO if outcome.result == "success" else logging.WARNING

@@ -22,6 +22,7 @@ from stallwatch.core.reads import (
     ReadResult,
 )
 from stallwatch.net.fetch import read_metrics
+from stallwatch.net.offload import run_sized
 
 
 def attempt(result: ReadResult) -> ReadAttempt:
@@ -45,13 +46,20 @@ async def confirm_stall(
     gap_seconds: float,
     timeout: float,
 ) -> Confirmation:
-    """Read `metrics_url` twice, `gap_seconds` apart, and judge the pair."""
-    first = attempt(await read_metrics(session, metrics_url, timeout=timeout))
+    """Read `metrics_url` twice, `gap_seconds` apart, and judge the pair.
+
+    Each read is parsed, and the pair judged, off the event loop when its payload is big
+    (`net/offload`), as the exporter's polls are: a confirmation of a server with megabytes of
+    series does not hold up the webhook, another target's confirmation or `/-/healthy`."""
+    read = await read_metrics(session, metrics_url, timeout=timeout)
+    first = attempt(read)
     if not worth_a_second_read(first):
-        return judge_attempts(first, None)
+        return await run_sized(read.payload_bytes, judge_attempts, first, None)
     await asyncio.sleep(gap_seconds)
-    second = attempt(await read_metrics(session, metrics_url, timeout=timeout))
-    return judge_attempts(first, second)
+    again = await read_metrics(session, metrics_url, timeout=timeout)
+    second = attempt(again)
+    size = max(read.payload_bytes, again.payload_bytes)
+    return await run_sized(size, judge_attempts, first, second)
 
 
 class Confirmer(Protocol):

@@ -9,6 +9,8 @@ coroutine can run between reading the history and writing the decision that depe
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import os
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,11 +23,12 @@ from stallwatch.core.holds import HOLD_KINDS, HoldKind
 from stallwatch.core.policy import Decision
 from stallwatch.core.restart_window import RestartWindow
 from stallwatch.restarter.journal_reader import (
+    DAMAGED_ADVICE,
     DECISIVE_ROWS,
     SCHEMA_VERSION,
     JournalError,
     JournalReader,
-    schema_version,
+    check_journal,
 )
 
 SCHEMA = f"""
@@ -63,6 +66,47 @@ CREATE INDEX IF NOT EXISTS journal_restart_id ON journal (restart_id);
 MIGRATIONS: tuple[str, ...] = (SCHEMA,)
 
 
+class JournalLock:
+    """One running restarter's claim on its journal file: a second restarter on the same file
+    is refused at start (both would act on one alert, and each would take the other's running
+    actions for interrupted ones). An advisory `flock` on the file itself, dropped by the kernel
+    when the process ends however it ends; `pause`, `hold` and `journal` from the command line
+    do not take it, so they work beside a running restarter."""
+
+    def __init__(self, fd: int, path: Path) -> None:
+        self._fd: int | None = fd
+        self.path = path
+
+    @classmethod
+    def take(cls, path: str | Path) -> JournalLock:
+        """Claim the journal at `path` (created if missing); a JournalError if another holds it."""
+        file = Path(path)
+        try:
+            file.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(file, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        except OSError as error:
+            raise JournalError(f"journal {file}: cannot open: {error}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise JournalError(
+                f"journal {file} is in use by another running restarter: two restarters on one "
+                "journal would both act on one alert; stop the other one, or give this one a "
+                "journal of its own"
+            ) from None
+        except OSError as error:
+            os.close(fd)
+            raise JournalError(f"journal {file}: cannot lock: {error}") from None
+        return cls(fd, file)
+
+    def release(self) -> None:
+        """Give the journal up (after the restarter has closed it); again is nothing."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
 class Journal(JournalReader):
     """The journal file, read and written; every failure is a JournalError naming the file."""
 
@@ -79,14 +123,16 @@ class Journal(JournalReader):
         except sqlite3.Error as error:
             raise JournalError(f"journal {file}: cannot open: {error}") from None
         try:
+            # Every check reads only: a file refused (newer, damaged, another program's) is
+            # left as it was. Only then is it set up for writing and brought up to date.
+            connection.execute("PRAGMA busy_timeout=5000")
+            version = check_journal(connection, file)
             connection.execute("PRAGMA journal_mode=WAL")
             connection.execute("PRAGMA synchronous=FULL")
-            connection.execute("PRAGMA busy_timeout=5000")
-            _check_integrity(connection, file)
-            _migrate(connection, schema_version(connection, file))
+            _migrate(connection, version)
         except sqlite3.Error as error:
             connection.close()
-            raise JournalError(f"journal {file}: {error}{_DAMAGED_ADVICE}") from None
+            raise JournalError(f"journal {file}: {error}{DAMAGED_ADVICE}") from None
         except JournalError:
             connection.close()
             raise
@@ -288,19 +334,6 @@ class Journal(JournalReader):
                 "restart_id": restart_id,
             }
         )
-
-
-_DAMAGED_ADVICE = (
-    "; the restarter will not act on a journal it cannot trust: move the file aside "
-    "(a new journal is created) or restore it from a backup"
-)
-
-
-def _check_integrity(connection: sqlite3.Connection, file: Path) -> None:
-    """Refuse a journal whose pages are damaged, before any decision is made from it."""
-    problems = [row[0] for row in connection.execute("PRAGMA quick_check").fetchall()]
-    if problems != ["ok"]:
-        raise JournalError(f"journal {file} is damaged: {problems[0]}{_DAMAGED_ADVICE}")
 
 
 def _migrate(connection: sqlite3.Connection, version: int) -> None:

@@ -104,6 +104,53 @@ def schema_version(connection: sqlite3.Connection, file: Path) -> int:
     return version
 
 
+# The tables a journal holds (sqlite_sequence is SQLite's own, kept for AUTOINCREMENT); a table
+# added to the schema is added here too. A file holding any other table is another program's
+# database, and is refused rather than adopted.
+JOURNAL_TABLES = frozenset({"journal", "sqlite_sequence"})
+
+DAMAGED_ADVICE = (
+    "; the restarter will not act on a journal it cannot trust: move the file aside "
+    "(a new journal is created) or restore it from a backup"
+)
+
+
+def check_journal(connection: sqlite3.Connection, file: Path) -> int:
+    """Check the file is a journal this code may use, reading only; its schema version.
+
+    Refused with a JournalError naming the file: a newer schema, damaged pages (`quick_check`),
+    and tables or a `journal` table that are not the journal's. Nothing is written before this
+    has passed, so a refused file is left exactly as it was.
+    """
+    version = schema_version(connection, file)
+    problems = [row[0] for row in connection.execute("PRAGMA quick_check").fetchall()]
+    if problems != ["ok"]:
+        raise JournalError(
+            f"journal {file} is damaged: {printable(str(problems[0]))}{DAMAGED_ADVICE}"
+        )
+    objects = connection.execute(
+        "SELECT name FROM sqlite_master WHERE type IN ('table', 'view') ORDER BY name"
+    ).fetchall()
+    names = [str(name) for (name,) in objects]
+    foreign = [name for name in names if name not in JOURNAL_TABLES]
+    columns: set[str] = set()
+    if "journal" in names:
+        columns = {str(row[1]) for row in connection.execute("PRAGMA table_info(journal)")}
+    missing = [name for name in COLUMNS if name not in columns] if "journal" in names else []
+    if foreign or missing:
+        what = (
+            f"tables that are not the journal's ({', '.join(printable(n) for n in foreign[:5])}"
+            f"{', ...' if len(foreign) > 5 else ''})"
+            if foreign
+            else f"a journal table without the column {missing[0]}"
+        )
+        raise JournalError(
+            f"journal {file} holds {what}: it is another program's database, and the restarter "
+            "does not adopt it; name a file of its own as the journal"
+        )
+    return version
+
+
 class JournalReader:
     """The journal file, read; every failure to read it is a JournalError naming the file.
 
@@ -124,9 +171,13 @@ class JournalReader:
             raise FileNotFoundError(f"no journal at {file}")
         try:
             connection = sqlite3.connect(f"{file.resolve().as_uri()}?mode=ro", uri=True)
-            schema_version(connection, file)
         except sqlite3.Error as error:
             raise JournalError(f"journal {file}: cannot open: {error}") from None
+        try:
+            check_journal(connection, file)
+        except sqlite3.Error as error:
+            connection.close()
+            raise JournalError(f"journal {file}: cannot read: {error}{DAMAGED_ADVICE}") from None
         except JournalError:
             connection.close()
             raise

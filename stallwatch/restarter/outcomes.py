@@ -25,7 +25,7 @@ from stallwatch.restarter.rotation import Rotation
 from stallwatch.restarter.waiting import WaitingAlerts
 
 if TYPE_CHECKING:
-    from stallwatch.restarter.kube.side import KubeSide
+    from stallwatch.restarter.platform import Platform
 
 log = logging.getLogger("stallwatch.restarter")
 
@@ -40,7 +40,7 @@ class Owner(Protocol):
     config: RestarterConfig
     journal: Journal
     metrics: RestarterMetrics
-    kube: KubeSide | None
+    platform: Platform
     background: BackgroundActions
     rotation: Rotation
     waiting: WaitingAlerts
@@ -105,8 +105,7 @@ class Outcomes:
                 external_url=notification.external_url,
             )
             self._log_decision(alert, decision, row_id)
-            if self.owner.kube is not None:
-                self.owner.kube.on_decision(alert, decision, target)
+            self.owner.platform.on_decision(alert, decision, target)
             if decision.restarts and target is not None:
                 self.owner.metrics.last_restart.labels(target=target.name).set(now)
                 self.owner.background.launch(row_id, target)

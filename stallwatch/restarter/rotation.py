@@ -21,7 +21,7 @@ from stallwatch.restarter.journal_reader import JournalError, printable
 from stallwatch.restarter.metrics import RestarterMetrics
 
 if TYPE_CHECKING:
-    from stallwatch.restarter.kube.side import KubeSide
+    from stallwatch.restarter.platform import Platform
 
 log = logging.getLogger("stallwatch.restarter")
 
@@ -33,7 +33,7 @@ class Owner(Protocol):
     config: RestarterConfig
     journal: Journal
     metrics: RestarterMetrics
-    kube: KubeSide | None
+    platform: Platform
 
     @property
     def leads(self) -> bool: ...
@@ -114,10 +114,9 @@ class Rotation:
                 "seconds": round(change.out_for, 3),
             },
         )
-        kube = owner.kube
         target = owner.config.target(change.target)
-        if kube is not None and target is not None and change.move != "refused":
-            task = asyncio.create_task(kube.on_routing(change, target))
+        if target is not None and change.move != "refused":
+            task = asyncio.create_task(owner.platform.on_routing(change, target))
             self._hooks.add(task)
             task.add_done_callback(self._hooks.discard)
 

@@ -55,6 +55,7 @@ from stallwatch.restarter.journal import Journal
 from stallwatch.restarter.journal_reader import JournalError
 from stallwatch.restarter.metrics import UNCONFIGURED_TARGET, RestarterMetrics
 from stallwatch.restarter.outcomes import JOURNAL_UNWRITABLE, Outcomes
+from stallwatch.restarter.platform import PlainPlatform, Platform
 from stallwatch.restarter.rotation import Rotation
 from stallwatch.restarter.steps import fresh_read, one_test_request
 from stallwatch.restarter.waiting import WaitingAlerts
@@ -96,7 +97,9 @@ class Restarter:
         self.locks = {target.name: asyncio.Lock() for target in config.targets}
         self._lookback = lookback_seconds(config)
         self._session: aiohttp.ClientSession | None = None
-        # On Kubernetes (set up on start): pod targets, the Lease, Events, pod readiness.
+        # Where it runs: plain, or Kubernetes (set up on start: pod targets, the Lease, Events,
+        # pod readiness). `kube` is the Kubernetes side itself, for its own endpoints and tests.
+        self.platform: Platform = PlainPlatform(self.current_config)
         self.kube: KubeSide | None = None
         self._refusals: dict[tuple[str, str], Decision] = {}
         # The windows, the waiting alerts and who is out of rotation (core/alert_plan.py).
@@ -128,7 +131,7 @@ class Restarter:
     @property
     def leads(self) -> bool:
         """Whether this replica acts (always, outside Kubernetes; the Lease holder on it)."""
-        return self.kube is None or self.kube.acting
+        return self.platform.acting
 
     def verdict(self, target: str) -> Verdict:
         """What routers are told about `target`: routable unless quarantined (unknown targets
@@ -143,14 +146,11 @@ class Restarter:
     def pool_members(self, target: Target) -> tuple[str, ...]:
         """The targets of `target`'s pool, itself included: on Kubernetes the pods of its
         workload, elsewhere the configured targets with the same `pool`."""
-        if self.kube is not None:
-            return self.kube.pool_members(target)
-        return tuple(t.name for t in self.config.targets if t.pool == target.pool)
+        return self.platform.pool_members(target)
 
     def apply(self, config: RestarterConfig) -> None:
         """Decide with `config` from now on (a reload); decisions under way finish as begun."""
-        if self.kube is not None:  # with the pod targets the allow-rules resolved
-            config = self.kube.effective(config)
+        config = self.platform.effective(config)  # with the targets the platform adds
         self.config = config
         for target in config.targets:
             self.locks.setdefault(target.name, asyncio.Lock())
@@ -183,13 +183,14 @@ class Restarter:
                 on_routing_count=self._count_routing,
             )
             self.kube.routable = self._routable
-            try:
-                await self.kube.start()
-            except BaseException:
-                await self._session.close()
-                self.kube = None
-                raise
-        self.background.start(self._session, self.kube)
+            self.platform = self.kube
+        try:
+            await self.platform.start()
+        except BaseException:
+            await self._session.close()
+            self.platform, self.kube = PlainPlatform(self.current_config), None
+            raise
+        self.background.start(self._session, self.platform)
         self.waiting.start()
         self.rotation.start()
 
@@ -212,8 +213,7 @@ class Restarter:
             task.cancel()
         await asyncio.gather(*self._settling, return_exceptions=True)
         await self.background.finish()
-        if self.kube is not None:
-            await self.kube.stop()
+        await self.platform.stop()
         await self.background.close()
         if self._session is not None:
             await self._session.close()
@@ -234,10 +234,10 @@ class Restarter:
         history = replace(
             self.fleet.with_fleet(history, now), holds=holds, acting=frozenset(self.acting)
         )
-        if self.kube is None:
-            return history
         # Restarts an earlier Lease holder decided count as if this replica had.
-        shared = self.kube.shared_restarts()
+        shared = self.platform.shared_restarts()
+        if not shared:
+            return history
         return replace(history, restarts=merge_restarts(history.restarts, shared))
 
     def metric_target(self, alert: Alert) -> str:
@@ -300,10 +300,10 @@ class Restarter:
         is answered `journal_unwritable` and not acted on.
         """
         delivered = notification
-        if self.kube is not None:
-            notification, refusals = await self.kube.resolve_notification(notification)
-            self._refusals.update(refusals)
-            self.apply(self.kube.config)
+        notification, refusals = await self.platform.resolve_notification(notification)
+        self._refusals.update(refusals)
+        if self.platform.adds_targets:
+            self.apply(self.platform.config)
         alerts = notification.alerts
         try:
             self.fleet.notice(notification)

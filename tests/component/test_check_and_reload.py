@@ -197,6 +197,10 @@ BAD_RELOADS: dict[str, str] = {
     "~: 5s\n": "key ~ is not a string",
     "1: 5s\n": "key 1 is not a string",
     "interval: 5s\ninterval: 6s\n": "duplicate key",
+    "interval: 5s # \x07\n": "not valid YAML: line 1, column 16: character U+0007",
+    "targets:\n  - {name: \"a\\ud800\", url: 'http://127.0.0.1:1'}\n": "not valid Unicode",
+    "": "the file is empty",
+    "# being written\n": "the file is empty",
 }
 
 

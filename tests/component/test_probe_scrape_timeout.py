@@ -195,3 +195,125 @@ async def test_debug_of_a_target_outside_the_allow_list_is_refused() -> None:
     assert status == 400
     assert text.startswith("probe refused: ")
     assert requests == 0
+
+
+async def test_a_cut_read_leaves_the_slot_to_the_next_scrape() -> None:
+    """A read cut at a short scrape's deadline is not the interval's read: the next /probe of
+    the same slot (module interval 1h) reads the server and judges it, instead of answering
+    the verdict from before the cut."""
+    async with running_simulator() as sim:
+        sim.apply_fault("hang")
+        cfg = config(kind="vllm", timeout="1s", test_request={"enabled": True, "timeout": "30s"})
+        async with exporter(cfg) as (service, url), aiohttp.ClientSession() as session:
+            status, _ = await get(session, url, sim.url, scrape_timeout="1")
+            assert status == 200
+            assert service.probes is not None
+            (entry,) = service.probes.entries.values()
+            assert entry.history.polls == 0
+            sim.apply_fault("recover")
+            status, body = await get(session, url, sim.url, scrape_timeout="10")
+            reads, cut = service.probes.reads, service.probes.reads_cut
+    assert status == 200
+    assert (reads, cut) == (1, 1)
+    assert entry.history.polls == 1
+    assert value(body, "stallwatch_polls_total", target=sim.url) == 1.0
+
+
+async def test_a_scrape_timeout_too_short_or_not_ascii_is_refused_and_reads_nothing() -> None:
+    """`1e-9` (too short to serve a read) and Arabic-Indic digits are 400s that take no read
+    slot and remember no target."""
+    async with (
+        running_simulator() as sim,
+        exporter(config()) as (service, url),
+        aiohttp.ClientSession() as session,
+    ):
+        answers = [
+            await get(session, url, sim.url, scrape_timeout=header)
+            for header in ("1e-9", "\u0661\u0660")
+        ]
+        assert service.probes is not None
+        remembered = len(service.probes.entries)
+    assert [status for status, _ in answers] == [400, 400]
+    assert "too short to serve a read" in answers[0][1]
+    assert "expected a number of seconds" in answers[1][1]
+    assert remembered == 0
+    assert sim.stats()["requests_by_path"].get("/metrics", 0) == 0
+
+
+@contextlib.asynccontextmanager
+async def held_servers(count: int, release: asyncio.Event) -> AsyncIterator[list[str]]:
+    """`count` servers whose `/metrics` and `/v1/models` answer only once `release` is set."""
+
+    async def handle(_request: web.Request) -> web.Response:
+        await release.wait()
+        return web.Response(text="# nothing\n")
+
+    runners = []
+    addresses = []
+    try:
+        for _ in range(count):
+            app = web.Application()
+            app.router.add_get("/{tail:.*}", handle)
+            runner = web.AppRunner(app, shutdown_timeout=1)
+            await runner.setup()
+            runners.append(runner)
+            site = web.TCPSite(runner, "127.0.0.1", 0)
+            await site.start()
+            port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+            addresses.append(f"127.0.0.1:{port}")
+        yield addresses
+    finally:
+        release.set()
+        for runner in runners:
+            await runner.cleanup()
+
+
+async def test_debug_polls_of_one_server_are_rate_limited() -> None:
+    """A second `?debug=true` of one server within 5 s is refused 429 and sends it nothing
+    (200 of them made 600 requests to one server); another server is polled."""
+    async with (
+        running_simulator() as one,
+        running_simulator() as other,
+        exporter(config()) as (service, url),
+        aiohttp.ClientSession() as session,
+    ):
+        first = await get(session, url, one.url, scrape_timeout="10", debug=True)
+        sent = one.stats()["requests_total"]
+        again = [await get(session, url, one.url, debug=True) for _ in range(20)]
+        sent_after = one.stats()["requests_total"]
+        elsewhere = await get(session, url, other.url, debug=True)
+        assert service.probes is not None
+        refused = service.probes.refused[("m", "debug_too_soon")]
+    assert first[0] == 200
+    assert {status for status, _ in again} == {429}
+    assert "polled for debug less than 5 s ago" in again[0][1]
+    assert sent_after == sent
+    assert elsewhere[0] == 200
+    assert refused == 20
+
+
+async def test_debug_polls_have_their_own_bound_at_once() -> None:
+    """With two debug polls under way (their servers not answering), a third, of another
+    server, is refused 503 at once: debug polls cannot fill the parse pool
+    the static targets share."""
+    release = asyncio.Event()
+    async with (
+        held_servers(3, release) as (a, b, c),
+        exporter(config(timeout="30s")) as (service, url),
+        aiohttp.ClientSession() as session,
+    ):
+        assert service.probes is not None
+        probes = service.probes
+        running = [asyncio.create_task(get(session, url, x, debug=True)) for x in (a, b)]
+        for _ in range(600):
+            if probes.debug_running == 2:
+                break
+            await asyncio.sleep(0.02)
+        assert probes.debug_running == 2
+        status, text = await get(session, url, c, debug=True)
+        release.set()
+        answers = await asyncio.gather(*running)
+        assert probes.debug_running == 0
+    assert status == 503
+    assert "2 debug polls are under way already" in text
+    assert [answer[0] for answer in answers] == [200, 200]

@@ -205,6 +205,41 @@ async def test_sighup_reloads_and_a_bad_file_keeps_the_running_config(tmp_path: 
                 assert response.status == 200
 
 
+async def test_reload_of_a_control_character_or_an_empty_file_is_a_clean_refusal(
+    tmp_path: Path,
+) -> None:
+    """POST /-/reload of a file with a control character, or of an empty file, answers 400 with
+    one line naming the file and why (it was a 500), keeps the running config, and sets the
+    reload-success gauge to 0 (it stayed 1)."""
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    write_reload_config(tmp_path, port, ["gpu1"])
+    config = tmp_path / "restarter.yml"
+    good = config.read_text()
+    with restarter_process(tmp_path, port):
+        async with aiohttp.ClientSession() as session:
+            await wait_for_metrics(
+                session, base, "stallwatch_restarter_config_last_reload_successful 1.0"
+            )
+            for text, reason in (
+                (good + "# \x07\n", "not valid YAML: line "),
+                ("", "the file is empty"),
+            ):
+                config.write_text(text)
+                async with session.post(base + "/-/reload", headers=AUTH) as response:
+                    assert response.status == 400, text
+                    error = (await response.json())["error"]
+                assert reason in error
+                assert str(config) in error
+                assert "\n" not in error
+                text_now = await metrics_text(session, base)
+                assert "stallwatch_restarter_config_last_reload_successful 0.0" in text_now
+                assert 'target="gpu1"' in text_now
+                config.write_text(good)
+                async with session.post(base + "/-/reload", headers=AUTH) as response:
+                    assert response.status == 200
+
+
 async def test_post_reload_needs_the_token_and_answers_400_for_a_bad_file(
     tmp_path: Path,
 ) -> None:

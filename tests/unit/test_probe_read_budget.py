@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from stallwatch.core.probe_schedule import ReadBudget, read_budget
+from stallwatch.core.probe_schedule import (
+    MIN_SCRAPE_TIMEOUT_SECONDS,
+    ReadBudget,
+    after_cut,
+    after_read,
+    read_budget,
+    read_due,
+)
 
 
 @pytest.mark.parametrize(
@@ -47,3 +54,44 @@ def test_a_header_that_is_no_positive_number_is_refused(header: str, message: st
     """A scrape timeout that is not a positive, finite number of seconds is an error, not 0."""
     with pytest.raises(ValueError, match=message):
         read_budget(header)
+
+
+@pytest.mark.parametrize(
+    "header",
+    ["\u0661", "\u0661\u0660", "\uff15", "1_0", " 10", "10 ", "0x10", "\u00b2"],
+    ids=[
+        "arabic-indic-1",
+        "arabic-indic-10",
+        "fullwidth-5",
+        "underscore",
+        "lead",
+        "trail",
+        "hex",
+        "superscript",
+    ],
+)
+def test_a_header_that_is_not_ascii_decimal_seconds_is_refused(header: str) -> None:
+    """The scrape timeout is read in the ASCII grammar of every other duration: a digit of
+    another script, an underscore or spaces are no number (float() took them)."""
+    with pytest.raises(ValueError, match="expected a number of seconds"):
+        read_budget(header)
+
+
+@pytest.mark.parametrize("header", ["1e-9", "0.000001", "0.2", "1e-1"])
+def test_a_scrape_timeout_too_short_to_serve_a_read_is_refused(header: str) -> None:
+    """A positive scrape timeout below MIN_SCRAPE_TIMEOUT_SECONDS cannot serve a read: refused,
+    so it never takes the target's read slot for a read cut at once."""
+    with pytest.raises(ValueError, match=r"too short to serve a read: at least 0\.25"):
+        read_budget(header)
+    assert read_budget(str(MIN_SCRAPE_TIMEOUT_SECONDS)) is not None
+
+
+def test_a_cut_read_gives_its_slot_back() -> None:
+    """After a read cut at the scrape's deadline the clock is as before it: the slot's next
+    /probe reads instead of answering the verdict from before."""
+    first = after_read(None, 100.0, 15.0)
+    second = after_read(first, 116.0, 15.0)
+    assert not read_due(second, 117.0, 15.0)
+    assert after_cut(first) == first
+    assert read_due(after_cut(first), 117.0, 15.0)
+    assert after_cut(None) is None

@@ -7,9 +7,14 @@ import itertools
 import pytest
 
 from stallwatch.core.probe_schedule import (
+    DEBUG_MAX_AT_ONCE,
+    DEBUG_MAX_REMEMBERED,
+    DEBUG_MIN_GAP_SECONDS,
     EARLY_SHARE_OF_INTERVAL,
     ReadClock,
     after_read,
+    debug_forgettable,
+    debug_refusal,
     forgotten,
     no_room,
     read_due,
@@ -143,3 +148,32 @@ def test_the_forget_sweep_runs_once_a_second_or_when_the_clock_went_back(
 ) -> None:
     """The table is walked the first time, a second after the last walk, or after a clock jump."""
     assert sweep_due(next_sweep_at, now, 1.0) is due
+
+
+@pytest.mark.parametrize(
+    ("last_at", "now", "running", "refusal"),
+    [
+        (None, 100.0, 0, ""),
+        (None, 100.0, DEBUG_MAX_AT_ONCE - 1, ""),
+        (None, 100.0, DEBUG_MAX_AT_ONCE, "debug_busy"),
+        (99.0, 100.0, 0, "debug_too_soon"),
+        (100.0 - DEBUG_MIN_GAP_SECONDS, 100.0, 0, ""),
+        (99.0, 100.0, DEBUG_MAX_AT_ONCE, "debug_busy"),
+    ],
+)
+def test_debug_polls_are_bounded_at_once_and_per_server(
+    last_at: float | None, now: float, running: int, refusal: str
+) -> None:
+    """A debug poll is refused while DEBUG_MAX_AT_ONCE run, or within DEBUG_MIN_GAP_SECONDS of
+    the same server's last one."""
+    assert debug_refusal(last_at, now, running) == refusal
+
+
+def test_the_debug_table_forgets_only_when_full() -> None:
+    """Below DEBUG_MAX_REMEMBERED nothing is forgotten; when full, servers past the gap, or
+    else the oldest."""
+    assert debug_forgettable({"a": 0.0}, 100.0) == []
+    full = {f"s{i}": 100.0 for i in range(DEBUG_MAX_REMEMBERED)}
+    assert debug_forgettable(full, 101.0) == ["s0"]
+    full["s7"] = 90.0
+    assert debug_forgettable(full, 101.0) == ["s7"]

@@ -160,6 +160,11 @@ class KubeSide:
         await self.api.close()
 
     @property
+    def adds_targets(self) -> bool:
+        """Alerts bring pod targets (the allow-rules resolve them)."""
+        return True
+
+    @property
     def acting(self) -> bool:
         """Whether this replica may act (always, without a Lease)."""
         return self.lease is None or self.lease.holding
