@@ -4,17 +4,13 @@ healthy target keeps its schedule."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
-from collections.abc import AsyncIterator
-
-from aiohttp import web
 
 from stallwatch.common.exporter_config import DEFAULT_MAX_PAYLOAD_BYTES, IdleTestRequestConfig
 from stallwatch.core.history import PollOutcome, TargetHistory
 from stallwatch.simulator.server import SimConfig
 from stallwatch.simulator.testing import running_simulator
-from tests.support.exporter import exporter_for, target
+from tests.support.exporter import big_metrics_server, exporter_for, target
 
 # 141 644 engine series of vLLM, one per `engine` label: about 8 MiB, under the default cap.
 HOSTILE_SERIES = 141_644
@@ -30,24 +26,6 @@ def hostile_payload() -> bytes:
         f'vllm:num_requests_running{{model_name="m",engine="{i}"}} 1' for i in range(HOSTILE_SERIES)
     ]
     return ("\n".join(lines) + "\n").encode()
-
-
-@contextlib.asynccontextmanager
-async def big_metrics_server(body: bytes) -> AsyncIterator[str]:
-    async def metrics(_request: web.Request) -> web.Response:
-        return web.Response(body=body, content_type="text/plain")
-
-    app = web.Application()
-    app.router.add_get("/metrics", metrics)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        await runner.cleanup()
 
 
 async def test_a_huge_payload_does_not_delay_a_healthy_target() -> None:

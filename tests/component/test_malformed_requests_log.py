@@ -15,8 +15,7 @@ from stallwatch.exporter.app import running_exporter
 from stallwatch.localstack.processes import free_port
 from stallwatch.net.gate import MalformedRequestLog
 from stallwatch.restarter.app import serve
-from tests.component.test_restarter_hardening import command_target
-from tests.support.restarter import write_config
+from tests.support.restarter import command_target, write_config
 
 GARBAGE = (
     b"GET / HTTP/1.1\r\nHost: x\r\nno colon in this header\r\n\r\n",

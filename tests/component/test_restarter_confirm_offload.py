@@ -12,7 +12,7 @@ import pytest
 from stallwatch.core import confirmation as core_confirmation
 from stallwatch.net.offload import OFF_LOOP_BYTES
 from stallwatch.restarter import confirm
-from tests.component.test_exporter_big_payload import big_metrics_server
+from tests.support.exporter import big_metrics_server
 
 
 def _payload(series: int) -> bytes:

@@ -6,13 +6,12 @@ import asyncio
 import contextlib
 import logging
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import pytest
 
 from stallwatch.cli import main
 from stallwatch.core.alert_plan import ACTION_IN_PROGRESS
-from stallwatch.core.alerts import Alert
 from stallwatch.core.policy import Decision
 from stallwatch.restarter.journal import Journal
 from stallwatch.restarter.journal_reader import JournalError
@@ -20,8 +19,11 @@ from stallwatch.restarter.service import Restarter
 from tests.support.restarter import (
     AUTH,
     alert,
+    alert_object,
+    command_target,
+    damage,
     fake_vllm,
-    marker_argv,
+    filled_journal,
     payload,
     post_alerts,
     running_restarter,
@@ -29,10 +31,6 @@ from tests.support.restarter import (
     target_entry,
     write_config,
 )
-
-
-def command_target(name: str, url: str, marker: Path, **extra: Any) -> dict[str, Any]:
-    return target_entry(name, url, {"kind": "command", "argv": marker_argv(marker)}, **extra)
 
 
 @pytest.mark.parametrize(
@@ -73,28 +71,6 @@ async def test_journal_limit_must_be_ascii_digits(tmp_path: Path) -> None:
             for bad in ("\u00b2", "\u0661\u0662", "\uff15", "0" * 5000 + "1"):
                 response = await client.get("/journal", params={"limit": bad}, headers=AUTH)
                 assert response.status == 400, bad
-
-
-def damage(journal: Path) -> None:
-    """Overwrite the pages after the first two with garbage, as a bad disk would."""
-    data = bytearray(journal.read_bytes())
-    page = 4096
-    assert len(data) > 4 * page
-    data[2 * page :] = b"\xa5" * (len(data) - 2 * page)
-    journal.write_bytes(bytes(data))
-
-
-def filled_journal(path: Path) -> Path:
-    """A journal with enough rows to span several pages, checkpointed into the main file."""
-    journal = Journal.open(path)
-    for index in range(400):
-        journal.record_decision(alert_object(f"fp{index}"), None, 1.0e9 + index)
-    journal.close()
-    return path
-
-
-def alert_object(fingerprint: str, status: Literal["firing", "resolved"] = "resolved") -> Alert:
-    return Alert(status, {"alertname": "LLMServerStuck", "target": "gpu1"}, fingerprint, "x")
 
 
 async def test_a_damaged_journal_stops_the_restarter_at_start(tmp_path: Path) -> None:

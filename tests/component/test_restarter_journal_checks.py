@@ -15,12 +15,12 @@ from stallwatch.localstack.processes import free_port
 from stallwatch.restarter.app import serve
 from stallwatch.restarter.journal import Journal, JournalLock
 from stallwatch.restarter.journal_reader import SCHEMA_VERSION, JournalError, JournalReader
-from tests.component.test_restarter_hardening import (
+from tests.support.restarter import (
     command_target,
     damage,
     filled_journal,
+    write_config,
 )
-from tests.support.restarter import write_config
 
 
 def _rollback_mode(path: Path) -> None:

@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.support.tools import promtool
+
 REPO = Path(__file__).resolve().parents[2]
 PROMETHEUS_DIR = REPO / "prometheus"
 RULE_FILES = [PROMETHEUS_DIR / "alerts.yml", PROMETHEUS_DIR / "recording.yml"]
@@ -33,15 +35,6 @@ CONTRACT_ALERTS = {
     "LLMServerDegraded",
     "LLMServerAdmissionStalled",
 }
-
-
-def promtool() -> str:
-    path = shutil.which("promtool")
-    if path is None:
-        pytest.fail(
-            "promtool is not installed; `make test` installs it (Debian package prometheus)"
-        )
-    return path
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import aiohttp
+from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
 from stallwatch.common.exporter_config import ExporterConfig, IdleTestRequestConfig, TargetConfig
@@ -123,3 +124,21 @@ async def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], floa
         for sample in family.samples:
             samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
     return samples
+
+
+@contextlib.asynccontextmanager
+async def big_metrics_server(body: bytes) -> AsyncIterator[str]:
+    async def metrics(_request: web.Request) -> web.Response:
+        return web.Response(body=body, content_type="text/plain")
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        await runner.cleanup()

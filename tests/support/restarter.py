@@ -8,7 +8,7 @@ import itertools
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from aiohttp import web
@@ -16,7 +16,9 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from stallwatch.common.config_files import load_restarter_config as load_config
 from stallwatch.common.restarter_config import RestarterConfig
+from stallwatch.core.alerts import Alert
 from stallwatch.restarter.app import RESTARTER_KEY, Restarter, build_app
+from stallwatch.restarter.journal import Journal
 
 TOKEN = "test-token-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -185,3 +187,29 @@ def marker_lines(marker: Path) -> list[str]:
 async def settle(restarter: Restarter) -> None:
     """Let background actions finish and journal their results."""
     await asyncio.wait_for(restarter.wait_for_actions(), timeout=30)
+
+
+def command_target(name: str, url: str, marker: Path, **extra: Any) -> dict[str, Any]:
+    return target_entry(name, url, {"kind": "command", "argv": marker_argv(marker)}, **extra)
+
+
+def damage(journal: Path) -> None:
+    """Overwrite the pages after the first two with garbage, as a bad disk would."""
+    data = bytearray(journal.read_bytes())
+    page = 4096
+    assert len(data) > 4 * page
+    data[2 * page :] = b"\xa5" * (len(data) - 2 * page)
+    journal.write_bytes(bytes(data))
+
+
+def filled_journal(path: Path) -> Path:
+    """A journal with enough rows to span several pages, checkpointed into the main file."""
+    journal = Journal.open(path)
+    for index in range(400):
+        journal.record_decision(alert_object(f"fp{index}"), None, 1.0e9 + index)
+    journal.close()
+    return path
+
+
+def alert_object(fingerprint: str, status: Literal["firing", "resolved"] = "resolved") -> Alert:
+    return Alert(status, {"alertname": "LLMServerStuck", "target": "gpu1"}, fingerprint, "x")

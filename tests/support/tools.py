@@ -1,4 +1,4 @@
-"""The helm, kubectl and amtool the tests run: `make tools` puts helm and kubectl in the
+"""The helm, kubectl, amtool and promtool the tests run: `make tools` puts helm and kubectl in the
 virtual environment's bin directory (scripts/install_tools.py), Debian puts amtool on PATH."""
 
 from __future__ import annotations
@@ -6,6 +6,8 @@ from __future__ import annotations
 import shutil
 import sys
 from pathlib import Path
+
+import pytest
 
 VENV_BIN = Path(sys.executable).parent
 INSTALL_HINT = {
@@ -29,3 +31,13 @@ def find_tool(name: str) -> str | None:
 
 def missing_reason(name: str) -> str:
     return f"{name} is not installed; {INSTALL_HINT.get(name, 'install it')}"
+
+
+def promtool() -> str:
+    """Debian's promtool on PATH; the test fails, saying how to install it, without one."""
+    path = shutil.which("promtool")
+    if path is None:
+        pytest.fail(
+            "promtool is not installed; `make test` installs it (Debian package prometheus)"
+        )
+    return path

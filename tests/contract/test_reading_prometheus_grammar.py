@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from stallwatch.core.reading import parse_reading
-from tests.unit.test_rules_promtool import promtool
+from tests.support.tools import promtool
 
 # One sample line each, `NAME` standing for the series name (vLLM's has a colon, which
 # promtool's linter flags, so promtool checks the same line under a name without one).
