@@ -164,7 +164,7 @@ async def handle_pause(request: web.Request) -> web.StreamResponse:
     """`POST /-/pause?for=2h&reason=...`: no restarts until resumed or until the time is up."""
     restarter = request.app[RESTARTER_KEY]
     if not authorized(restarter.config, request):
-        return _error(401, "missing or wrong bearer token")
+        return _unauthorized(request)
     duration: float | None = None
     if "for" in request.query:
         try:
@@ -182,7 +182,7 @@ async def handle_resume(request: web.Request) -> web.StreamResponse:
     """`POST /-/resume`: close the breaker, end any pause, judge the held alerts again."""
     restarter = request.app[RESTARTER_KEY]
     if not authorized(restarter.config, request):
-        return _error(401, "missing or wrong bearer token")
+        return _unauthorized(request)
     restarter.fleet.resume(request.query.get("reason", "resumed over HTTP")[:500])
     held = await restarter.release_held()
     return web.json_response(
@@ -199,7 +199,7 @@ async def handle_hold(request: web.Request) -> web.StreamResponse:
     released. `DELETE /-/hold?target=X`: end it now (its held alerts are judged again)."""
     restarter = request.app[RESTARTER_KEY]
     if not authorized(restarter.config, request):
-        return _error(401, "missing or wrong bearer token")
+        return _unauthorized(request)
     target = request.query.get("target", "")
     if not target or len(target) > _TARGET_NAME_CHARS or not target.isprintable():
         return _error(400, "target: give the name of a target of the restarter's config")
