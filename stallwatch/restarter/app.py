@@ -26,6 +26,7 @@ from prometheus_client import Gauge
 from stallwatch.common.config import ConfigError, parse_duration
 from stallwatch.common.config_files import load_restarter_config
 from stallwatch.common.restarter_config import RestarterConfig
+from stallwatch.common.text import printable
 from stallwatch.core.alerts import PayloadError, parse_notification
 from stallwatch.core.routing_answers import (
     agent_reply,
@@ -44,7 +45,9 @@ from stallwatch.restarter.agent import AgentResponder
 from stallwatch.restarter.auth_failures import AuthFailureLog
 from stallwatch.restarter.confirm import Confirmer, confirm_stall
 from stallwatch.restarter.journal import JournalLock
-from stallwatch.restarter.journal_reader import JournalError, printable
+from stallwatch.restarter.journal_reader import (
+    JournalError,
+)
 from stallwatch.restarter.service import JOURNAL_UNWRITABLE, Restarter
 
 log = logging.getLogger("stallwatch.restarter")
