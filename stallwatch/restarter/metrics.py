@@ -17,6 +17,7 @@ PDB_BLOCKED = "pdb_blocked"
 # (but authenticated) sender cannot create series at will.
 UNCONFIGURED_TARGET = ""
 
+
 class RestarterMetrics:
     def __init__(self, config: RestarterConfig) -> None:
         # No `_created` series (a process-wide switch of prometheus_client, set when the first
