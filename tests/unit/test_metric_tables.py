@@ -41,3 +41,33 @@ def test_the_docs_table_names_every_restarter_family(tmp_path: Path) -> None:
         kubernetes=KubernetesSettings(),
     )
     assert published(config, tmp_path) == documented("restarter.md")
+
+
+EXPORTER_ROW = re.compile(r"^\| `stallwatch_")
+NAME = re.compile(r"`(stallwatch_[a-z_]+)")
+# Published until 0.3 under the names before 0.2 (docs/exporter.md says so beside the table).
+DEPRECATED = {"stallwatch_probe_requests_total", "stallwatch_probe_failures_total"}
+
+
+def test_the_docs_table_names_every_exporter_family_a_target_publishes() -> None:
+    """Every family a target and the process publish on /metrics has a row in
+    docs/exporter.md's table, and every row names one."""
+    from stallwatch.common.exporter_config import ExporterConfig, TargetConfig
+    from stallwatch.core.history import TargetHistory
+    from stallwatch.exporter.collector import ExporterProcessCollector, TargetCollector
+    from stallwatch.exporter.reload import ReloadStatus
+
+    config = ExporterConfig(targets=(TargetConfig(name="gpu1", url="http://127.0.0.1:9"),))
+    families = [
+        *TargetCollector(lambda: config, lambda: {"gpu1": TargetHistory()}).collect(),
+        *ExporterProcessCollector(lambda: ReloadStatus()).collect(),
+    ]
+    names = {f.name + ("_total" if f.type == "counter" else "") for f in families}
+    lines = (DOCS / "exporter.md").read_text(encoding="utf-8").splitlines()
+    documented_names = {
+        name
+        for line in lines
+        if EXPORTER_ROW.match(line)
+        for name in NAME.findall(line.split("|")[1])
+    }
+    assert names - DEPRECATED == documented_names
