@@ -28,7 +28,8 @@ WindowStep = Literal["act", "wait"]
 
 @dataclass(frozen=True)
 class RestartWindow:
-    """One alert episode's window: opened at the first confirmation of its stall.
+    """A target's window, opened at the first confirmation of a stall by the alert episode
+    `alert`; the target's later alerts go on in it.
 
     `first`: the later reading of that confirmation (None when the server gave none: hung).
     `restored`: read back from the journal after a restart of the restarter; its first reading

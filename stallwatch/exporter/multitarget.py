@@ -37,6 +37,7 @@ from stallwatch.common.exporter_config import (
     TargetConfig,
     module_max_targets,
 )
+from stallwatch.common.text import printable
 from stallwatch.core.history import TargetHistory
 from stallwatch.core.probe_schedule import (
     DEBUG_MAX_AT_ONCE,
@@ -319,7 +320,7 @@ class ProbeService:
                 )
         except TimeoutError:
             if budget is None:  # not the scrape's deadline: a bug in the read
-                log.exception("probe of %s failed", entry.target.url)
+                log.exception("probe of %s failed", printable(entry.target.url))
                 return
             self.reads_cut += 1
             entry.clock = after_cut(before)
@@ -327,13 +328,13 @@ class ProbeService:
                 "probe of %s cut at the scrape's deadline (%.3g s of a %.3g s scrape timeout)"
                 " with no verdict: the scrape timeout must exceed the module's timeout plus"
                 " its test request's timeout plus %.3g s",
-                entry.target.url,
+                printable(entry.target.url),
                 budget.read,
                 budget.scrape_timeout,
                 SCRAPE_TIMEOUT_OFFSET_SECONDS,
             )
         except Exception:  # a bug in one read must not fail every later `/probe`
-            log.exception("probe of %s failed", entry.target.url)
+            log.exception("probe of %s failed", printable(entry.target.url))
         else:
             previous = entry.history.state
             entry.history = entry.history.advance(outcome, entry.target.degraded)
@@ -342,7 +343,7 @@ class ProbeService:
             if previous != entry.history.state:
                 log.info(
                     "probe target=%s state=%s reason=%s",
-                    entry.target.name,
+                    printable(entry.target.name),
                     entry.history.state,
                     outcome.verdict.reason,
                 )

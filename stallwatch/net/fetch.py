@@ -1,4 +1,5 @@
-"""The exporter's only network I/O: read `/metrics`, ask `/v1/models`, send the idle test request.
+"""Every request to a model server, the exporter's and the restarter's: read `/metrics`, ask
+`/v1/models`, send the idle test request (and the restarter's to a target out of rotation).
 
 Every endpoint called here is one the target's engine profile marks safe: `/v1/models` (which
 `kind: auto` asks first, to identify the engine), its metrics path, the profile's sleep check

@@ -9,7 +9,6 @@ to deliver it again.
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
 import re
 import signal
@@ -23,17 +22,11 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import Gauge
 
-from stallwatch.common.config import ConfigError, parse_duration
+from stallwatch.common.config import ConfigError
 from stallwatch.common.config_files import load_restarter_config
 from stallwatch.common.restarter_config import RestarterConfig
+from stallwatch.common.text import printable
 from stallwatch.core.alerts import PayloadError, parse_notification
-from stallwatch.core.routing_answers import (
-    agent_reply,
-    agent_target,
-    host_target,
-    routable_answer,
-    valid_target_name,
-)
 from stallwatch.net.gate import (
     IDLE_KEEPALIVE_SECONDS,
     ConnectionGate,
@@ -43,9 +36,21 @@ from stallwatch.net.gate import (
 from stallwatch.restarter.agent import AgentResponder
 from stallwatch.restarter.auth_failures import AuthFailureLog
 from stallwatch.restarter.confirm import Confirmer, confirm_stall
+from stallwatch.restarter.controls import handle_hold, handle_pause, handle_resume
 from stallwatch.restarter.journal import JournalLock
-from stallwatch.restarter.journal_reader import JournalError, printable
+from stallwatch.restarter.journal_reader import (
+    JournalError,
+)
+from stallwatch.restarter.routing_http import agent_answer, handle_routable
 from stallwatch.restarter.service import JOURNAL_UNWRITABLE, Restarter
+from stallwatch.restarter.web import (
+    AUTH_FAILURES_KEY,
+    CLOCK_KEY,
+    RESTARTER_KEY,
+    authorized,
+    error_response,
+    unauthorized,
+)
 
 log = logging.getLogger("stallwatch.restarter")
 
@@ -59,39 +64,6 @@ BODY_READ_TIMEOUT_SECONDS = 10.0
 # How a webhook whose client went away before its body arrived is counted (nginx's code for
 # "client closed request"): no answer was sent, and it is not the restarter's error.
 CLIENT_CLOSED_CODE = "499"
-
-
-def authorized(config: RestarterConfig, request: web.Request) -> bool:
-    """Whether the request carries the configured bearer token (always, with no token set)."""
-    if config.token is None:
-        return True
-    expected = f"Bearer {config.token}".encode()
-    try:
-        given = request.headers.get("Authorization", "").encode("utf-8", "surrogateescape")
-    except UnicodeEncodeError:
-        return False
-    return hmac.compare_digest(given, expected)
-
-
-RESTARTER_KEY = web.AppKey("restarter", Restarter)
-AUTH_FAILURES_KEY = web.AppKey("auth_failures", AuthFailureLog)
-CLOCK_KEY: web.AppKey[Callable[[], float]] = web.AppKey("clock")
-
-
-def _unauthorized(request: web.Request) -> web.Response:
-    """The 401 answer, and a log line for it (at most one per client address per interval)."""
-    client = request.remote or "unknown"
-    suppressed = request.app[AUTH_FAILURES_KEY].failure(client, request.app[CLOCK_KEY]())
-    if suppressed is not None:
-        log.warning(
-            "authentication failed: %s %s from %s (missing or wrong bearer token)%s",
-            request.method,
-            printable(request.path),
-            client,
-            f"; {suppressed} more failures from it not logged" if suppressed else "",
-            extra={"client": client, "path": request.path, "suppressed": suppressed},
-        )
-    return _error(401, "missing or wrong bearer token")
 
 
 REQUESTS_SEEN_KEY = web.AppKey("requests_seen", RequestsSeen)
@@ -153,87 +125,11 @@ AGENT_KEY = web.AppKey("agent", AgentResponder)
 async def handle_reload(request: web.Request) -> web.StreamResponse:
     reloader = request.app[RELOADER_KEY]
     if not authorized(reloader.restarter.config, request):
-        return _unauthorized(request)
+        return unauthorized(request)
     error = reloader.reload()
     if error is not None:
-        return _error(400, f"reload refused, the running config is kept: {error}")
+        return error_response(400, f"reload refused, the running config is kept: {error}")
     return web.json_response({"status": "ok", "targets": len(reloader.restarter.config.targets)})
-
-
-async def handle_pause(request: web.Request) -> web.StreamResponse:
-    """`POST /-/pause?for=2h&reason=...`: no restarts until resumed or until the time is up."""
-    restarter = request.app[RESTARTER_KEY]
-    if not authorized(restarter.config, request):
-        return _error(401, "missing or wrong bearer token")
-    duration: float | None = None
-    if "for" in request.query:
-        try:
-            duration = parse_duration(request.query["for"])
-        except ValueError as error:
-            return _error(400, f"for: {error}")
-        if duration <= 0:
-            return _error(400, "for: must be longer than zero")
-    reason = request.query.get("reason", "paused over HTTP")[:500]
-    restarter.fleet.pause(duration, reason)
-    return web.json_response({"status": "ok", "paused": True, "for_seconds": duration})
-
-
-async def handle_resume(request: web.Request) -> web.StreamResponse:
-    """`POST /-/resume`: close the breaker, end any pause, judge the held alerts again."""
-    restarter = request.app[RESTARTER_KEY]
-    if not authorized(restarter.config, request):
-        return _error(401, "missing or wrong bearer token")
-    restarter.fleet.resume(request.query.get("reason", "resumed over HTTP")[:500])
-    held = await restarter.release_held()
-    return web.json_response(
-        {"status": "ok", "paused": False, "breaker_open": False, "judged_again": held}
-    )
-
-
-_TARGET_NAME_CHARS = 253
-
-
-async def handle_hold(request: web.Request) -> web.StreamResponse:
-    """`POST /-/hold?target=X&for=5m&reason=...`: X will be silent for up to that long (a
-    weight sync, maintenance): its restart alerts are not acted on until the hold ends or is
-    released. `DELETE /-/hold?target=X`: end it now (its held alerts are judged again)."""
-    restarter = request.app[RESTARTER_KEY]
-    if not authorized(restarter.config, request):
-        return _error(401, "missing or wrong bearer token")
-    target = request.query.get("target", "")
-    if not target or len(target) > _TARGET_NAME_CHARS or not target.isprintable():
-        return _error(400, "target: give the name of a target of the restarter's config")
-    known = restarter.config.target(target) is not None
-    if request.method == "DELETE":
-        released = restarter.holds.release(
-            target, request.query.get("reason", "released over HTTP")[:500]
-        )
-        judged = 0
-        if released:
-            judged = await restarter.release_held()
-        return web.json_response(
-            {"status": "ok", "target": target, "released": released, "judged_again": judged}
-        )
-    if not known:
-        return _error(404, f"target: {target!r} is not a target of the restarter's config")
-    if "for" not in request.query:
-        return _error(400, "for: give the hold's length, e.g. for=5m")
-    try:
-        duration = parse_duration(request.query["for"])
-    except ValueError as error:
-        return _error(400, f"for: {error}")
-    reason = request.query.get("reason", "held over HTTP")[:500]
-    refusal = restarter.holds.hold(target, duration, reason)
-    if refusal is not None:
-        return _error(400, f"for: {refusal}")
-    until = restarter.clock() + duration
-    return web.json_response(
-        {"status": "ok", "target": target, "for_seconds": duration, "until": until}
-    )
-
-
-def _error(status: int, message: str) -> web.Response:
-    return web.json_response({"status": "error", "error": message}, status=status)
 
 
 @web.middleware
@@ -261,20 +157,20 @@ async def count_webhook_answers(
 async def handle_alerts(request: web.Request) -> web.StreamResponse:
     restarter = request.app[RESTARTER_KEY]
     if not authorized(restarter.config, request):
-        return _unauthorized(request)
+        return unauthorized(request)
     if not restarter.leads:
         # Not the Lease holder: Alertmanager retries, and the Service sends it to the holder.
-        return _error(503, "this replica does not hold the Lease; another one acts")
+        return error_response(503, "this replica does not hold the Lease; another one acts")
     limit = restarter.config.max_body_bytes
     if request.content_length is not None and request.content_length > limit:
-        return _error(413, f"body larger than {limit} bytes")
+        return error_response(413, f"body larger than {limit} bytes")
     try:
         async with asyncio.timeout(BODY_READ_TIMEOUT_SECONDS):
             body = await request.read()
     except web.HTTPRequestEntityTooLarge:
-        return _error(413, f"body larger than {limit} bytes")
+        return error_response(413, f"body larger than {limit} bytes")
     except TimeoutError:
-        return _error(408, f"body not received within {BODY_READ_TIMEOUT_SECONDS:g} s")
+        return error_response(408, f"body not received within {BODY_READ_TIMEOUT_SECONDS:g} s")
     except aiohttp.ClientPayloadError as error:  # the client went away mid-body
         log.info("webhook client went away before its body arrived: %s", error)
         raise ConnectionResetError(str(error)) from None
@@ -282,7 +178,7 @@ async def handle_alerts(request: web.Request) -> web.StreamResponse:
         notification = parse_notification(body)
     except PayloadError as error:
         log.warning("rejected a webhook payload: %s", printable(str(error)))
-        return _error(400, f"not an Alertmanager version 4 payload: {error}")
+        return error_response(400, f"not an Alertmanager version 4 payload: {error}")
     decisions = await restarter.handle(notification)
     if any(decision["reason"] == JOURNAL_UNWRITABLE for decision in decisions):
         answer = {
@@ -298,10 +194,10 @@ async def handle_alerts(request: web.Request) -> web.StreamResponse:
 async def handle_journal(request: web.Request) -> web.StreamResponse:
     restarter = request.app[RESTARTER_KEY]
     if not authorized(restarter.config, request):
-        return _unauthorized(request)
+        return unauthorized(request)
     raw = request.query.get("limit", str(DEFAULT_JOURNAL_LIMIT))
     if not _JOURNAL_LIMIT.fullmatch(raw) or not 1 <= int(raw) <= MAX_JOURNAL_LIMIT:
-        return _error(400, f"limit: expected an integer from 1 to {MAX_JOURNAL_LIMIT}")
+        return error_response(400, f"limit: expected an integer from 1 to {MAX_JOURNAL_LIMIT}")
     entries = restarter.journal.recent(int(raw))
     return web.json_response({"entries": [entry.as_json() for entry in entries]})
 
@@ -315,44 +211,6 @@ async def handle_metrics(request: web.Request) -> web.StreamResponse:
     return web.Response(
         body=restarter.metrics.exposition(), headers={"Content-Type": PROMETHEUS_CONTENT_TYPE}
     )
-
-
-def known_targets(restarter: Restarter) -> set[str]:
-    """The targets the restarter knows now: configured, found by a pod rule, or quarantined."""
-    names = {target.name for target in restarter.config.targets}
-    names.update(restarter.memory.quarantines)
-    if restarter.kube is not None:
-        names.update(restarter.kube.pod_targets)
-    return names
-
-
-def agent_answer(restarter: Restarter) -> Callable[[str], str]:
-    """The agent-check reply to an agent-send line, from the restarter's verdicts."""
-
-    def answer(line: str) -> str:
-        return agent_reply(restarter.verdict(agent_target(line, known_targets(restarter))))
-
-    return answer
-
-
-async def handle_routable(request: web.Request) -> web.StreamResponse:
-    """`GET /routable?target=NAME` (or keyed by the `Host` header without its port, as Envoy's
-    per-endpoint health check sends it): 200 while the target may take users' requests
-    (unknown targets too: fail-open), 503 with the reason while it is out of rotation. One
-    line of text, or JSON with `Accept: application/json`. No token: read-only, like /metrics."""
-    restarter = request.app[RESTARTER_KEY]
-    name = request.query.get("target")
-    if name is None:
-        name = host_target(request.headers.get("Host", ""))
-    if not valid_target_name(name):
-        return _error(400, "target: give a target's name (?target=NAME or the Host header)")
-    answer = routable_answer(
-        restarter.verdict(name), known=name in known_targets(restarter), now=restarter.clock()
-    )
-    headers = {"Cache-Control": "no-store"}
-    if "application/json" in request.headers.get("Accept", ""):
-        return web.json_response(answer.document, status=answer.status, headers=headers)
-    return web.Response(status=answer.status, text=answer.text, headers=headers)
 
 
 async def handle_healthy(request: web.Request) -> web.StreamResponse:
@@ -386,7 +244,7 @@ async def journal_errors_are_503(
         return await handler(request)
     except JournalError as error:
         log.error("%s %s: %s", request.method, request.path, error)
-        return _error(503, str(error))
+        return error_response(503, str(error))
 
 
 def build_app(

@@ -16,10 +16,14 @@ from typing import TYPE_CHECKING
 import aiohttp
 
 from stallwatch.common.restarter_config import Target
+from stallwatch.common.text import printable
 from stallwatch.restarter.actions import ActionOutcome, ActionRunner
 from stallwatch.restarter.fleet import FleetGuard
 from stallwatch.restarter.journal import Journal
-from stallwatch.restarter.journal_reader import INTERRUPTED, JournalError, printable
+from stallwatch.restarter.journal_reader import (
+    INTERRUPTED,
+    JournalError,
+)
 from stallwatch.restarter.metrics import RestarterMetrics
 
 if TYPE_CHECKING:

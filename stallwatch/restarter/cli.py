@@ -21,11 +21,16 @@ from stallwatch.common.cli import EXIT_USAGE, add_service_arguments, setup_loggi
 from stallwatch.common.config import ConfigError, parse_duration
 from stallwatch.common.config_files import load_restarter_config as load_config
 from stallwatch.common.restarter_config import RestarterConfig
+from stallwatch.common.text import printable
 from stallwatch.core.holds import hold_refusal
 from stallwatch.core.kube_routing import LabelSelectorConflict
 from stallwatch.net.fetch import read_metrics
 from stallwatch.restarter.journal import Journal
-from stallwatch.restarter.journal_reader import JournalEntry, JournalError, JournalReader, printable
+from stallwatch.restarter.journal_reader import (
+    JournalEntry,
+    JournalError,
+    JournalReader,
+)
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:

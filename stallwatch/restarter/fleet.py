@@ -22,12 +22,12 @@ from dataclasses import dataclass, replace
 import aiohttp
 
 from stallwatch.common.restarter_config import RestarterConfig, Target
+from stallwatch.common.text import printable
 from stallwatch.core.alerts import Notification, episode_before
 from stallwatch.core.fleet import Controls, breaker_trip, current_controls
 from stallwatch.core.policy import History
 from stallwatch.net.fetch import read_metrics
 from stallwatch.restarter.journal import Journal
-from stallwatch.restarter.journal_reader import printable
 from stallwatch.restarter.metrics import RestarterMetrics
 
 log = logging.getLogger("stallwatch.restarter")

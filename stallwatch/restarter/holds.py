@@ -8,9 +8,9 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 
 from stallwatch.common.restarter_config import RestarterConfig
+from stallwatch.common.text import printable
 from stallwatch.core.holds import NO_HOLDS, Hold, folded, hold_refusal, in_force
 from stallwatch.restarter.journal import Journal
-from stallwatch.restarter.journal_reader import printable
 from stallwatch.restarter.metrics import RestarterMetrics
 
 log = logging.getLogger("stallwatch.restarter")

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
 
+from stallwatch.common.text import printable
 from stallwatch.core.alert_plan import WINDOW_KINDS, WindowEvent
 from stallwatch.core.alerts import Alert
 from stallwatch.core.fleet import CONTROL_KINDS, ControlEvent
@@ -69,17 +70,6 @@ class JournalEntry:
 
     def as_json(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in COLUMNS}
-
-
-def printable(text: str) -> str:
-    """`text` with control and invisible characters escaped, safe for a log or a terminal
-    (a label holding ESC or a newline could otherwise forge lines)."""
-    if text.isprintable():
-        return text
-    return "".join(
-        char if char.isprintable() else char.encode("unicode_escape").decode("ascii")
-        for char in text
-    )
 
 
 class JournalError(Exception):

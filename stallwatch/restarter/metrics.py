@@ -17,11 +17,12 @@ PDB_BLOCKED = "pdb_blocked"
 # (but authenticated) sender cannot create series at will.
 UNCONFIGURED_TARGET = ""
 
-prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
-
 
 class RestarterMetrics:
     def __init__(self, config: RestarterConfig) -> None:
+        # No `_created` series (a process-wide switch of prometheus_client, set when the first
+        # restarter is built, never at import).
+        prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
         self.registry = CollectorRegistry(auto_describe=True)
         self.restarts = Counter(
             "stallwatch_restarter_restarts",

@@ -8,6 +8,7 @@ import logging
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from stallwatch.common.restarter_config import RestarterConfig, Target
+from stallwatch.common.text import printable
 from stallwatch.core.alert_plan import (
     FORGET_WINDOW_AFTER_SECONDS,
     AlertMemory,
@@ -19,7 +20,9 @@ from stallwatch.core.alerts import Alert, Notification
 from stallwatch.core.policy import Decision
 from stallwatch.restarter.background import BackgroundActions
 from stallwatch.restarter.journal import Journal
-from stallwatch.restarter.journal_reader import JournalError, printable
+from stallwatch.restarter.journal_reader import (
+    JournalError,
+)
 from stallwatch.restarter.metrics import RestarterMetrics
 from stallwatch.restarter.rotation import Rotation
 from stallwatch.restarter.waiting import WaitingAlerts

@@ -12,12 +12,15 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Protocol
 
 from stallwatch.common.restarter_config import RestarterConfig, Target
+from stallwatch.common.text import printable
 from stallwatch.core.alert_plan import AlertMemory, AlertOutcome, RoutingChange
 from stallwatch.core.alerts import Alert, Notification
 from stallwatch.core.quarantine import ROUTING_REASONS, ReleaseReason, folded_quarantines
 from stallwatch.core.restart_window import RestartWindow
 from stallwatch.restarter.journal import Journal
-from stallwatch.restarter.journal_reader import JournalError, printable
+from stallwatch.restarter.journal_reader import (
+    JournalError,
+)
 from stallwatch.restarter.metrics import RestarterMetrics
 
 if TYPE_CHECKING:

@@ -25,16 +25,7 @@ from stallwatch import USER_AGENT
 from stallwatch.common.restarter_config import RestarterConfig, Target
 from stallwatch.core.alert_plan import (
     AlertMemory,
-    AlertOutcome,
-    AskClock,
-    AskHistory,
-    AskMemory,
-    AskPool,
-    AskTestRequest,
-    Confirm,
-    FreshRead,
     Plan,
-    advance,
     firing_plan,
     followed_config,
     look_plan,
@@ -57,7 +48,7 @@ from stallwatch.restarter.metrics import UNCONFIGURED_TARGET, RestarterMetrics
 from stallwatch.restarter.outcomes import JOURNAL_UNWRITABLE, Outcomes
 from stallwatch.restarter.platform import PlainPlatform, Platform
 from stallwatch.restarter.rotation import Rotation
-from stallwatch.restarter.steps import fresh_read, one_test_request
+from stallwatch.restarter.steps import PENDING, Pending, PlanSteps
 from stallwatch.restarter.waiting import WaitingAlerts
 
 if TYPE_CHECKING:
@@ -70,13 +61,6 @@ log = logging.getLogger("stallwatch.restarter")
 # the disk) per batch, and the event loop gets a turn between batches.
 JUDGED_PER_COMMIT = 200
 __all__ = ["JOURNAL_UNWRITABLE", "Restarter"]
-
-
-class _Pending:
-    """An alert whose plan wants a confirmation: driven again under its target's lock."""
-
-
-PENDING = _Pending()
 
 
 class Restarter:
@@ -109,6 +93,7 @@ class Restarter:
         self.waiting = WaitingAlerts(self)
         self.rotation = Rotation(self)
         self.outcomes = Outcomes(self)
+        self.steps = PlanSteps(self)
         self.background = BackgroundActions(self.journal, self.metrics, self.fleet, clock)
         self.background.close_interrupted()
         self.memory = self.rotation.restored(self.memory)
@@ -161,6 +146,11 @@ class Restarter:
         self.memory = followed_config(self.memory, config)
         # A target that left (a reload, a pod that is gone) takes its series with it.
         self.metrics.keep_only({t.name for t in config.targets} | set(self.memory.quarantines))
+
+    @property
+    def open_session(self) -> aiohttp.ClientSession | None:
+        """The HTTP session once started (None before)."""
+        return self._session
 
     @property
     def session(self) -> aiohttp.ClientSession:
@@ -227,7 +217,7 @@ class Restarter:
         """Wait for the settling reads under way (for tests)."""
         await asyncio.gather(*self._settling, return_exceptions=True)
 
-    def _history(self, alert: Alert, now: float, holds: Mapping[str, Hold]) -> History:
+    def history(self, alert: Alert, now: float, holds: Mapping[str, Hold]) -> History:
         history = self.journal.history(
             alert, since=now - self._lookback, dry_run=self.config.dry_run
         )
@@ -245,51 +235,6 @@ class Restarter:
         return name if name is not None and self.config.target(name) else UNCONFIGURED_TARGET
 
     # Driving a plan: each step answered here, the outcome applied at once.
-
-    def _answer_now(self, step: object, holds: Mapping[str, Hold] | None) -> object:
-        """The answer to a step that needs no waiting (PENDING: it needs waiting)."""
-        match step:
-            case AskClock():
-                return self.clock()
-            case AskHistory(alert=alert, now=now):
-                current = holds if holds is not None else self.holds.follow(now)
-                return self._history(alert, now, current)
-            case AskMemory():
-                return self.memory
-            case AskPool(target=target):
-                return self.pool_members(target)
-        return PENDING
-
-    def _run_now(self, plan: Plan, holds: Mapping[str, Hold]) -> AlertOutcome | _Pending:
-        """Drive `plan` as far as it goes without waiting: its outcome, or PENDING."""
-        step = advance(plan, None)
-        while not isinstance(step, AlertOutcome):
-            answer = self._answer_now(step, holds)
-            if answer is PENDING:
-                plan.close()
-                return PENDING
-            step = advance(plan, answer)
-        return step
-
-    async def _run(self, plan: Plan, asked_at: float) -> AlertOutcome:
-        """Drive `plan` to its end, the steps that wait included (under the caller's lock)."""
-        step = advance(plan, None)
-        while not isinstance(step, AlertOutcome):
-            match step:
-                case Confirm(target=target):
-                    answer: object = await self.confirmations.confirm(
-                        self.session, target, self.config.confirm, asked_at
-                    )
-                case FreshRead(target=target):
-                    answer = await fresh_read(self._session, target, self.config.confirm.timeout)
-                case AskTestRequest(target=target, model=model):
-                    answer = await one_test_request(
-                        self.session, target, model, self.config.quarantine
-                    )
-                case _:
-                    answer = self._answer_now(step, None)
-            step = advance(plan, answer)
-        return step
 
     async def handle(self, notification: Notification) -> list[dict[str, str]]:
         """Judge every alert of a notification and journal each decision.
@@ -314,7 +259,7 @@ class Restarter:
         except JournalError as error:
             log.error("holds not followed: %s", error)
             holds = self.holds.current(self.clock())
-        outcomes: list[Decision | _Pending | None] = []
+        outcomes: list[Decision | Pending | None] = []
         for start in range(0, len(alerts), JUDGED_PER_COMMIT):
             batch = list(
                 zip(
@@ -351,7 +296,7 @@ class Restarter:
                 "reason": "resolved" if decision is None else decision.reason,
             }
             for alert, decision in zip(alerts, outcomes, strict=True)
-            if not isinstance(decision, _Pending)
+            if not isinstance(decision, Pending)
         ]
 
     def _plan(self, alert: Alert) -> Plan:
@@ -366,12 +311,12 @@ class Restarter:
         alert: Alert,
         notification: Notification,
         holds: Mapping[str, Hold],
-    ) -> Decision | _Pending | None:
+    ) -> Decision | Pending | None:
         """Judge an alert whose plan needs no confirmation (PENDING: one that does)."""
         # A plan with an allow-rule's refusal ends without waiting, so the refusal popped for it
         # is never lost to a plan driven again.
-        outcome = self._run_now(self._plan(alert), holds)
-        if isinstance(outcome, _Pending):
+        outcome = self.steps.now(self._plan(alert), holds)
+        if isinstance(outcome, Pending):
             return PENDING
         return self.outcomes.conclude(given, alert, outcome, notification)
 
@@ -391,10 +336,13 @@ class Restarter:
         target = self.config.target(alert.target) if alert.target else None
         if target is None or target.name not in self.locks:
             return self.outcomes.conclude(
-                given or alert, alert, await self._run(self._plan(alert), asked_at), notification
+                given or alert,
+                alert,
+                await self.steps.run(self._plan(alert), asked_at),
+                notification,
             )
         async with self.locks[target.name]:
-            outcome = await self._run(self._plan(alert), asked_at)
+            outcome = await self.steps.run(self._plan(alert), asked_at)
             return self.outcomes.conclude(given or alert, alert, outcome, notification)
 
     def settle_later(self, target: Target, alert: Alert, notification: Notification) -> None:
@@ -408,7 +356,7 @@ class Restarter:
     async def _settle(self, target: Target, alert: Alert, notification: Notification) -> None:
         try:
             async with self.locks[target.name]:
-                outcome = await self._run(settle_plan(target), time.monotonic())
+                outcome = await self.steps.run(settle_plan(target), time.monotonic())
                 now = self.clock()
                 self.outcomes.apply(outcome, alert.alertname, now)
                 if outcome.settled is not None:
@@ -430,7 +378,9 @@ class Restarter:
         """One look at a quarantined target, under its lock (`rotation.py` calls it)."""
         lock = self.locks.setdefault(target.name, asyncio.Lock())
         async with lock:
-            outcome = await self._run(look_plan(target, self.config.quarantine), time.monotonic())
+            outcome = await self.steps.run(
+                look_plan(target, self.config.quarantine), time.monotonic()
+            )
             now = self.clock()
             self.outcomes.apply(outcome, "", now)
             if outcome.settled is not None and outcome.near_miss is not None:

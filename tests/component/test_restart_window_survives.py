@@ -95,3 +95,31 @@ async def test_without_the_window_rows_a_new_restarter_starts_over(tmp_path: Pat
             assert second.memory.waiting == {}
         finally:
             second.journal.close()
+
+
+async def test_an_alert_held_by_a_pause_is_not_read_back(tmp_path: Path) -> None:
+    """Documented: alerts held by a pause or the breaker live in memory only; a restarted
+    restarter waits for Alertmanager's next delivery of them (its window rows are all it reads)."""
+    async with fake_vllm("stalled") as fake:
+        target = {
+            "name": "gpu1",
+            "metrics_url": fake.url,
+            "action": {"kind": "command", "argv": ["true"]},
+        }
+        config = write_config(tmp_path, [target], restart_after="60s")
+        clock = ManualClock()
+        first = Restarter(config, clock=clock)
+        await first.start()
+        try:
+            first.fleet.pause(None, "maintenance")
+            body = json.dumps(payload(alert("gpu1"))).encode()
+            [decision] = await first.handle(parse_notification(body))
+            assert decision["reason"] == "paused"
+            assert len(first.memory.waiting) == 1
+        finally:
+            await first.stop()
+        second = Restarter(config, clock=clock)
+        try:
+            assert second.memory.waiting == {}
+        finally:
+            second.journal.close()

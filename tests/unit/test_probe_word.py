@@ -59,3 +59,10 @@ def test_the_check_finds_an_old_name() -> None:
         "send_probe",
         "probes_sent",
     }
+
+
+def test_a_probe_targets_spelling_is_logged_escaped() -> None:
+    """The /probe module logs a target as asked through printable (no forged log lines)."""
+    source = (ROOT / "exporter" / "multitarget.py").read_text(encoding="utf-8")
+    assert "printable(entry.target.name)" in source
+    assert "entry.target.name,\n" not in source

@@ -1,9 +1,10 @@
 """The restarter's Kubernetes side: turning alerts into pod targets by the allow-rules,
 the Lease, and an Event on the pod for every restart and refusal.
 
-The service calls it at a few points (`resolve`, `history_restarts`, `on_decision`,
-`on_outcome`, `on_routing`, `pool_members`); everything it decides about a pod comes from the
-rule and the API object.
+It is the restarter's platform on Kubernetes (`restarter/platform.py`): the restarter asks it
+what the plain platform answers alone (`resolve_notification`, `effective`, `shared_restarts`,
+`pool_members`, `acting`) and tells it what happened (`on_decision`, `on_outcome`,
+`on_routing`); everything it decides about a pod comes from the rule and the API object.
 """
 
 from __future__ import annotations
