@@ -106,6 +106,11 @@ def summary(runs: list[TierRun]) -> str:
     for seconds, name in slowest([REPORTS / f"{r.tier}.xml" for r in runs], SLOWEST):
         lines.append(f"{seconds:8.2f}s  {name}")
     lines.append(f"junit reports: {REPORTS.relative_to(REPO)}/")
+    failed = sum(r.counts["failures"] + r.counts["errors"] for r in runs)
+    skipped = sum(r.counts["skipped"] for r in runs)
+    passed = sum(r.counts["tests"] for r in runs) - failed - skipped
+    # The whole run in one closing line, whatever the last tier printed.
+    lines.append(f"total: {passed} passed, {failed} failed, {skipped} skipped")
     return "\n".join(lines)
 
 
