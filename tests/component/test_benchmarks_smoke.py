@@ -54,7 +54,8 @@ def test_quick_benchmarks_run_and_produce_sane_figures(tmp_path: Path) -> None:
 
     probe = figures["probe"]["this tree"]
     assert probe["runs"][0]["reads"] > 0
-    assert probe["read_cpu_seconds"] >= probe["cached_cpu_seconds"] > 0  # CPU clock ticks are coarse
+    # CPU clock ticks are coarse: on a quick run both may read the same tick.
+    assert probe["read_cpu_seconds"] >= probe["cached_cpu_seconds"] > 0
 
     readpath = figures["readpath"]
     for engine in ("vLLM 0.32", "llama.cpp", "SGLang 0.5.23"):
