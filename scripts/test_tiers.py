@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -33,8 +34,31 @@ PATHS = {
     "real": ["tests/real", "tests/real_llamacpp", "tests/real_sglang"],
     "stack": ["tests/stack"],
 }
+# The bound of one test in each tier (set-up and tear-down included): a test that hangs fails
+# with its stack instead of holding the run. The real tier's first test may build SGLang (up to
+# ten minutes on a slow machine); the stack's first builds its images.
+TEST_TIMEOUT_SECONDS = {
+    "unit": 120,
+    "contract": 300,
+    "component": 240,
+    "e2e": 600,
+    "real": 1800,
+    "stack": 1200,
+}
+# The bound of a whole tier, a backstop for a hang the per-test bound cannot break (a worker
+# stuck outside Python): the tier is stopped, counted as failed, and the next tier runs.
+TIER_TIMEOUT_SECONDS = {
+    "unit": 900,
+    "contract": 900,
+    "component": 1800,
+    "e2e": 2400,
+    "real": 3600,
+    "stack": 2400,
+}
 # pytest's exit status when it selected no test: a tier with none is not a failure.
 NO_TESTS = 5
+# The status of a tier stopped at its bound.
+TIER_STOPPED = 124
 SLOWEST = 20
 
 
@@ -48,7 +72,8 @@ class TierRun:
 
 def pytest_argv(tier: str, report: Path, extra: list[str]) -> list[str]:
     argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", tier]
-    argv += ["-rs", "--durations=15", f"--junitxml={report}", *extra]
+    argv += ["-rs", "--durations=15", f"--junitxml={report}"]
+    argv += [f"--timeout={TEST_TIMEOUT_SECONDS[tier]}", *extra]
     if tier in PARALLEL:
         workers = os.environ.get("STALLWATCH_TEST_WORKERS", "auto")
         argv += ["-n", workers, "--dist", "worksteal"]  # uneven test lengths: idle workers steal
@@ -86,8 +111,32 @@ def run_tier(tier: str, extra: list[str]) -> TierRun:
     # that cache each worker rewrites all of them again, seconds per tier and worker.
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     argv = pytest_argv(tier, report, extra)
-    status = subprocess.run(argv, cwd=REPO, env=env, check=False).returncode
+    status = run_bounded(argv, env, TIER_TIMEOUT_SECONDS[tier])
     return TierRun(tier, time.monotonic() - started, status, counts(report))
+
+
+def run_bounded(argv: list[str], env: dict[str, str], limit_seconds: float) -> int:
+    """Run pytest in a session of its own; past the limit stop the whole session and fail."""
+    process = subprocess.Popen(argv, cwd=REPO, env=env, start_new_session=True)
+    try:
+        return process.wait(timeout=limit_seconds)
+    except subprocess.TimeoutExpired:
+        print(f"\n!!! tier stopped: still running after {limit_seconds:.0f} s", flush=True)
+        for sig, grace in ((signal.SIGTERM, 15.0), (signal.SIGKILL, 15.0)):
+            try:
+                os.killpg(process.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                process.wait(timeout=grace)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        return TIER_STOPPED
+    except KeyboardInterrupt:
+        os.killpg(process.pid, signal.SIGINT)
+        process.wait()
+        raise
 
 
 def summary(runs: list[TierRun]) -> str:
@@ -95,7 +144,12 @@ def summary(runs: list[TierRun]) -> str:
     lines.append(f"{'tier':10} {'wall':>8} {'tests':>6} {'failed':>6} {'skipped':>7}  result")
     for run in runs:
         c = run.counts
-        result = "ok" if run.status in (0, NO_TESTS) else f"FAILED (exit {run.status})"
+        if run.status in (0, NO_TESTS):
+            result = "ok"
+        elif run.status == TIER_STOPPED:
+            result = f"STOPPED after {TIER_TIMEOUT_SECONDS[run.tier]} s"
+        else:
+            result = f"FAILED (exit {run.status})"
         lines.append(
             f"{run.tier:10} {run.seconds:7.1f}s {c['tests']:6} "
             f"{c['failures'] + c['errors']:6} {c['skipped']:7}  {result}"

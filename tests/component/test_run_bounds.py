@@ -1,0 +1,87 @@
+"""Bounds on test runs: a hang stops its tier or its command, and the run goes on and says so."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+import time
+from pathlib import Path
+from types import ModuleType
+
+from tests.support.bounded import run_bounded as run_command
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def tier_runner() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "test_tiers_script", REPO / "scripts" / "test_tiers.py"
+    )
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_tier_past_its_bound_is_stopped_with_its_children(tmp_path: Path) -> None:
+    """A tier still running at its bound is killed, its child processes too, and marked stopped."""
+    runner = tier_runner()
+    pid_file = tmp_path / "child.pid"
+    hanging = (
+        "import subprocess, sys, time, pathlib\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+        f"pathlib.Path({str(pid_file)!r}).write_text(str(child.pid))\n"
+        "time.sleep(600)\n"
+    )
+    started = time.monotonic()
+    status = runner.run_bounded([sys.executable, "-c", hanging], dict(os.environ), 3.0)
+    assert status == runner.TIER_STOPPED
+    assert time.monotonic() - started < 60
+    child = int(pid_file.read_text())
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _alive(child):
+        time.sleep(0.1)
+    assert not _alive(child), "the tier's child process outlived the stopped tier"
+
+
+def test_a_tier_within_its_bound_gives_its_own_status() -> None:
+    """A tier that ends in time returns pytest's own exit status, failure included."""
+    runner = tier_runner()
+    assert (
+        runner.run_bounded([sys.executable, "-c", "raise SystemExit(3)"], dict(os.environ), 60) == 3
+    )
+
+
+def test_every_tier_has_both_bounds() -> None:
+    """Each tier has a per-test bound below its whole-tier bound."""
+    runner = tier_runner()
+    for tier in runner.TIERS:
+        assert 0 < runner.TEST_TIMEOUT_SECONDS[tier] < runner.TIER_TIMEOUT_SECONDS[tier]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A killed child whose parent died is reaped by init; until then it is a zombie.
+    status = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+    return status != "Z"
+
+
+def test_a_bounded_command_whose_grandchild_holds_its_output_still_ends() -> None:
+    """A command past its bound ends the test even when a process it started holds its output."""
+    holds_output = (
+        "import subprocess, sys, time\n"
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+        "print('started', flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    started = time.monotonic()
+    completed = run_command([sys.executable, "-c", holds_output], cwd=REPO, timeout=2.0)
+    assert completed.timed_out
+    assert completed.stdout == "started\n"
+    assert time.monotonic() - started < 60
