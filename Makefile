@@ -11,7 +11,7 @@ DEBIAN_PACKAGES := prometheus prometheus-alertmanager docker-compose haproxy
 # helm and kubectl (with kustomize) of record: `make tools` unpacks them into $(BIN), pinned.
 TOOLS_STAMP := $(VENV)/.tools
 
-.PHONY: all test test-unit test-fast test-real test-contract test-component test-e2e demo lint bench replay real-vllm real-sglang system-deps venv tools tools-or-skip dist clean
+.PHONY: all test test-unit test-fast test-real test-contract test-component test-e2e demo lint bench replay real-vllm real-sglang system-deps venv tools tools-or-skip dist image clean
 
 all: test
 
@@ -129,6 +129,18 @@ dist: $(STAMP) $(TOOLS_STAMP)
 	$(BIN)/python scripts/check_dist.py dist/stallwatch-*.whl
 	$(BIN)/helm lint --strict charts/stallwatch
 	$(BIN)/helm package charts/stallwatch --destination dist
+	@echo "wheel, sdist and chart in dist/; the container image: make image"
+
+# The container image, with its OCI labels (version and commit). CONTAINER_ENGINE: podman or
+# docker (podman is asked for Docker's format, which keeps the HEALTHCHECK); BASE_IMAGE: any image with Python >= 3.11 (the Dockerfile's default needs a registry).
+CONTAINER_ENGINE ?= podman
+IMAGE ?= stallwatch
+image:
+	$(CONTAINER_ENGINE) build $(if $(filter podman,$(CONTAINER_ENGINE)),--format docker) \
+		$(if $(BASE_IMAGE),--build-arg BASE_IMAGE=$(BASE_IMAGE)) \
+		--build-arg VERSION=$$(sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml) \
+		--build-arg REVISION=$$(git rev-parse HEAD 2>/dev/null || echo unknown) \
+		--tag $(IMAGE):$$(sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml) .
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build dist *.egg-info

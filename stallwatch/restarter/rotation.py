@@ -89,9 +89,10 @@ class Rotation:
         del alert, notification
         for change in outcome.routing:
             self.record(change, now)
+            if self.owner.config.target(change.target) is not None:
+                self.refresh_target(change.target, now)
         if outcome.near_miss is not None:
             self._count_recovered(outcome.near_miss, now)
-        self.refresh_gauges(now)
 
     def record(self, change: RoutingChange, now: float) -> None:
         owner = self.owner
@@ -167,14 +168,20 @@ class Rotation:
                 with contextlib.suppress(KeyError):
                     metrics.routing.remove(name, reason)
         for name in names:
-            quarantine = owner.memory.quarantines.get(name)
-            metrics.routable.labels(target=name).set(0 if quarantine else 1)
-            current = "in_rotation" if quarantine is None else quarantine.reason
-            for reason in ROUTING_REASONS:
-                metrics.routing.labels(target=name, reason=reason).set(reason == current)
-            seconds = 0.0 if quarantine is None else quarantine.out_for(now)
-            metrics.quarantine_seconds.labels(target=name).set(seconds)
+            self.refresh_target(name, now)
         self._shown = names
+
+    def refresh_target(self, name: str, now: float) -> None:
+        """One target's routable, routing-reason and time-out-of-rotation gauges."""
+        metrics = self.owner.metrics
+        quarantine = self.owner.memory.quarantines.get(name)
+        metrics.routable.labels(target=name).set(0 if quarantine else 1)
+        current = "in_rotation" if quarantine is None else quarantine.reason
+        for reason in ROUTING_REASONS:
+            metrics.routing.labels(target=name, reason=reason).set(reason == current)
+        seconds = 0.0 if quarantine is None else quarantine.out_for(now)
+        metrics.quarantine_seconds.labels(target=name).set(seconds)
+        self._shown.add(name)
 
     def start(self) -> None:
         """Look at every quarantined target every `check_interval` from now on."""

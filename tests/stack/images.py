@@ -36,6 +36,8 @@ REPOSITORY = "localhost/stallwatch-test"
 BASE_PACKAGES = ("python3", "python3-venv", "ca-certificates", "wget")
 # Bump when the recipe below changes in a way the hash cannot see.
 BASE_RECIPE = "1: minbase, venv at /usr/local, apt lists removed"
+# Bump when the stallwatch image's build command changes.
+STALLWATCH_RECIPE = "2: docker format, OCI version and revision labels"
 IMAGE_ENV = ("PATH=/usr/local/bin:/usr/local/sbin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8")
 CONTEXT_FILES = ("Dockerfile", ".dockerignore", "pyproject.toml", "README.md")
 
@@ -185,15 +187,30 @@ def _build_stallwatch(podman: Podman, base: str, reference: str) -> None:
         for own in Path(wheels).glob("stallwatch-*.whl"):
             own.unlink()  # the build makes this one itself, from the context
         with _served_on_loopback(Path(wheels)) as url:
+            # Docker's format keeps the HEALTHCHECK (OCI's has no field for it).
             podman.run(
-                "build", "--quiet", "--network", "host",
+                "build", "--quiet", "--network", "host", "--format", "docker",
                 "--build-arg", f"BASE_IMAGE={base}",
+                "--build-arg", f"VERSION={package_version()}",
+                "--build-arg", f"REVISION={revision()}",
                 "--build-arg", "PIP_NO_INDEX=1",
                 "--build-arg", f"PIP_FIND_LINKS={url}",
                 "--tag", reference,
                 str(REPO),
             )  # fmt: skip
     podman.run("image", "prune", "--force", check=False)  # the untagged build stage
+
+
+def package_version() -> str:
+    return str(tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"])
+
+
+def revision() -> str:
+    """The commit the image is built from (a cached image keeps the one that built it)."""
+    result = subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, check=False
+    )
+    return result.stdout.strip() if result.returncode == 0 else "unknown"
 
 
 def _build_from_packages(podman: Podman, base: str, containerfile: Path, reference: str) -> None:
@@ -220,7 +237,7 @@ def build_images(podman: Podman) -> StackImages:
     stallwatch = _cached(
         podman,
         "stallwatch",
-        _digest(base_id, _context_digest()),
+        _digest(base_id, _context_digest(), STALLWATCH_RECIPE.encode()),
         functools.partial(_build_stallwatch, podman, base.reference),
     )
     built = {}
