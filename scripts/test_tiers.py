@@ -2,11 +2,12 @@
 
     python scripts/test_tiers.py unit contract component e2e real stack
 
-Each tier is `pytest -m TIER` over its directories: unit, contract and component on every core
-(pytest-xdist, `-n auto`), the others one test at a time (they start real servers and stacks
-and are timed against them). Every tier runs even when an earlier one failed; each writes a
-junit report to build/test-reports/TIER.xml. At the end: each tier's wall time, its counts and
-result, and the slowest tests of the whole run. The exit status is 1 when any tier failed.
+Each tier is `pytest -m TIER` over its directories: unit, contract, component and e2e on every
+core (pytest-xdist, `-n auto`), the real servers and the compose stack one test at a time (each
+real server takes a core or more, and they are timed against it). Every tier runs even when an
+earlier one failed; each writes a junit report to build/test-reports/TIER.xml. At the end: each
+tier's wall time, its counts and result, and the slowest tests of the whole run. The exit status
+is 1 when any tier failed.
 """
 
 from __future__ import annotations
@@ -24,7 +25,15 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 REPORTS = REPO / "build" / "test-reports"
 TIERS = ("unit", "contract", "component", "e2e", "real", "stack")
-PARALLEL = {"unit", "contract", "component"}
+# The tiers run on every core, and how their tests are shared out: idle workers steal single
+# tests (uneven lengths), or whole files go to one worker (e2e: one Prometheus and Alertmanager
+# stack per module, started once).
+PARALLEL = {
+    "unit": "worksteal",
+    "contract": "worksteal",
+    "component": "worksteal",
+    "e2e": "loadfile",
+}
 # Where each tier lives: pytest collects only there (the marker then selects the same tests).
 PATHS = {
     "unit": ["tests/unit"],
@@ -76,7 +85,7 @@ def pytest_argv(tier: str, report: Path, extra: list[str]) -> list[str]:
     argv += [f"--timeout={TEST_TIMEOUT_SECONDS[tier]}", *extra]
     if tier in PARALLEL:
         workers = os.environ.get("STALLWATCH_TEST_WORKERS", "auto")
-        argv += ["-n", workers, "--dist", "worksteal"]  # uneven test lengths: idle workers steal
+        argv += ["-n", workers, "--dist", PARALLEL[tier]]
     return [*argv, *PATHS[tier]]
 
 

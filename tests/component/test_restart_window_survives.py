@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
+from stallwatch.common.restarter_config import RestarterConfig
 from stallwatch.core.alerts import parse_notification
 from stallwatch.restarter.service import Restarter
 from tests.support.restarter import (
@@ -28,26 +30,39 @@ class ManualClock:
         return self.now
 
 
+def config_for(tmp_path: Path, url: str, argv: list[str]) -> RestarterConfig:
+    """One target, gpu1, with a 60 s restart window and the command action `argv`."""
+    target = {"name": "gpu1", "metrics_url": url, "action": {"kind": "command", "argv": argv}}
+    return write_config(tmp_path, [target], restart_after="60s")
+
+
+async def first_delivery(
+    config: RestarterConfig,
+    clock: ManualClock,
+    before: Callable[[Restarter], None] = lambda _: None,
+) -> tuple[str, Restarter]:
+    """A restarter started, `before` done to it, gpu1's alert delivered once, then stopped: the
+    reason it decided, and the stopped restarter (its memory as it was)."""
+    first = Restarter(config, clock=clock)
+    await first.start()
+    try:
+        before(first)
+        body = json.dumps(payload(alert("gpu1"))).encode()
+        [decision] = await first.handle(parse_notification(body))
+    finally:
+        await first.stop()
+    return str(decision["reason"]), first
+
+
 async def test_a_window_read_back_from_the_journal_restarts_at_its_end(tmp_path: Path) -> None:
     """Stopped mid-window, a new restarter judges the alert again at the window's end by itself
     (no new delivery), takes one confirmation as its first look, and restarts on the next."""
     marker = tmp_path / "marker"
     async with fake_vllm("stalled") as fake:
-        target = {
-            "name": "gpu1",
-            "metrics_url": fake.url,
-            "action": {"kind": "command", "argv": marker_argv(marker)},
-        }
-        config = write_config(tmp_path, [target], restart_after="60s")
+        config = config_for(tmp_path, fake.url, marker_argv(marker))
         clock = ManualClock()
-        first = Restarter(config, clock=clock)
-        await first.start()
-        try:
-            body = json.dumps(payload(alert("gpu1"))).encode()
-            [decision] = await first.handle(parse_notification(body))
-            assert decision["reason"] == "restart_window"
-        finally:
-            await first.stop()
+        reason, _ = await first_delivery(config, clock)
+        assert reason == "restart_window"
         clock.now = START + 30
         second = Restarter(config, clock=clock)
         await second.start()
@@ -74,21 +89,10 @@ async def test_a_window_read_back_from_the_journal_restarts_at_its_end(tmp_path:
 async def test_without_the_window_rows_a_new_restarter_starts_over(tmp_path: Path) -> None:
     """A journal with no open window (closed by a recovery) restores nothing."""
     async with fake_vllm("progress") as fake:
-        target = {
-            "name": "gpu1",
-            "metrics_url": fake.url,
-            "action": {"kind": "command", "argv": ["true"]},
-        }
-        config = write_config(tmp_path, [target], restart_after="60s")
+        config = config_for(tmp_path, fake.url, ["true"])
         clock = ManualClock()
-        first = Restarter(config, clock=clock)
-        await first.start()
-        try:
-            body = json.dumps(payload(alert("gpu1"))).encode()
-            [decision] = await first.handle(parse_notification(body))
-            assert decision["reason"] == "not_confirmed_progress"
-        finally:
-            await first.stop()
+        reason, _ = await first_delivery(config, clock)
+        assert reason == "not_confirmed_progress"
         second = Restarter(config, clock=clock)
         try:
             assert second.memory.windows == {}
@@ -101,23 +105,13 @@ async def test_an_alert_held_by_a_pause_is_not_read_back(tmp_path: Path) -> None
     """Documented: alerts held by a pause or the breaker live in memory only; a restarted
     restarter waits for Alertmanager's next delivery of them (its window rows are all it reads)."""
     async with fake_vllm("stalled") as fake:
-        target = {
-            "name": "gpu1",
-            "metrics_url": fake.url,
-            "action": {"kind": "command", "argv": ["true"]},
-        }
-        config = write_config(tmp_path, [target], restart_after="60s")
+        config = config_for(tmp_path, fake.url, ["true"])
         clock = ManualClock()
-        first = Restarter(config, clock=clock)
-        await first.start()
-        try:
-            first.fleet.pause(None, "maintenance")
-            body = json.dumps(payload(alert("gpu1"))).encode()
-            [decision] = await first.handle(parse_notification(body))
-            assert decision["reason"] == "paused"
-            assert len(first.memory.waiting) == 1
-        finally:
-            await first.stop()
+        reason, first = await first_delivery(
+            config, clock, before=lambda r: r.fleet.pause(None, "maintenance")
+        )
+        assert reason == "paused"
+        assert len(first.memory.waiting) == 1
         second = Restarter(config, clock=clock)
         try:
             assert second.memory.waiting == {}

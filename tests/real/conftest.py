@@ -46,6 +46,20 @@ def real_vllm(real_vllm_environment: Path) -> Iterator[RealVllmServer]:
         server.stop()
 
 
+@pytest.fixture(scope="session")
+def real_vllm_two_api_servers(real_vllm_environment: Path) -> Iterator[RealVllmServer]:
+    """One real vLLM server with `--api-server-count 2` (multiprocess metrics) for the session."""
+    arguments = ("--api-server-count", "2")
+    server = RealVllmServer(real_vllm_environment, arguments, name="two-api-servers")
+    server.start()
+    _SESSION_SERVERS.append(server)
+    try:
+        yield server
+    finally:
+        _SESSION_SERVERS.remove(server)
+        server.stop()
+
+
 @pytest.fixture(autouse=True)
 def _restore_session_servers() -> Iterator[None]:
     """After each test: fail if a worker died under it; resume a stopped engine core, restart a

@@ -35,7 +35,6 @@ from tests.real.scenario_support import (
     wait_for_running,
 )
 from tests.real.vllm_server import (
-    RealVllmFactory,
     RealVllmServer,
     complete,
     fetch_metrics,
@@ -207,34 +206,23 @@ async def test_hung_engine_core_reads_stalled_twice_and_check_says_stuck(
     assert resumed.test_requests == 0
 
 
-async def test_killed_engine_core_reads_down(real_vllm: RealVllmServer) -> None:
-    """A killed engine core takes the API server down within seconds: the target reads down."""
-    async with exporter_for(real_target(NAME, real_vllm.base_url)) as (service, url):
-        await wait_for_state(service, NAME, State.IDLE, timeout=30)
-        real_vllm.sigkill_engine()
-        killed_at = time.monotonic()
-        down = await wait_for_state(service, NAME, State.DOWN, timeout=60)
-        seconds_to_down = time.monotonic() - killed_at
-        metrics = await scrape(url)
-        exit_code = await asyncio.to_thread(real_vllm.wait_exit, 30.0)
-    print(f"engine core killed -> target down after {seconds_to_down:.1f} s")
-
-    assert exit_code is not None  # the API server itself exited
-    assert down.poll_errors.get("connection", 0) >= 1
-    assert metrics[("stallwatch_target_up", TARGET_LABELS)] == 0
-    assert metrics[("stallwatch_target_state", (("state", "down"), *TARGET_LABELS))] == 1
-
-
-async def test_restart_of_the_default_server_reads_restarted_by_start_time(
+async def test_killed_engine_core_reads_down_and_its_restart_reads_restarted(
     real_vllm: RealVllmServer,
 ) -> None:
-    """A restart between reads is restarted (start time), with no rate across the processes."""
+    """A killed engine core takes the API server down within seconds (the target reads down);
+    the restart is read restarted by its new start time, with no rate across the processes."""
     async with http_session() as session:
         for words in (4, 5):  # counters of the old process are not zero
             await complete(session, real_vllm.base_url, word_prompt(words), 8)
         async with exporter_for(real_target(NAME, real_vllm.base_url)) as (service, url):
             await wait_for_state(service, NAME, State.IDLE, timeout=30)
             old_start = history(service, NAME).baseline
+            real_vllm.sigkill_engine()
+            killed_at = time.monotonic()
+            down = await wait_for_state(service, NAME, State.DOWN, timeout=60)
+            seconds_to_down = time.monotonic() - killed_at
+            down_metrics = await scrape(url)
+            exit_code = await asyncio.to_thread(real_vllm.wait_exit, 30.0)
             restart = asyncio.create_task(asyncio.to_thread(real_vllm.restart))
             polls = await record_polls(
                 service,
@@ -245,23 +233,27 @@ async def test_restart_of_the_default_server_reads_restarted_by_start_time(
             await restart
             after = await wait_for_state(service, NAME, State.IDLE, timeout=30)
             metrics = await scrape(url)
+    print(f"engine core killed -> target down after {seconds_to_down:.1f} s")
 
+    assert exit_code is not None  # the API server itself exited
+    assert down.poll_errors.get("connection", 0) >= 1
+    assert down_metrics[("stallwatch_target_up", TARGET_LABELS)] == 0
+    assert down_metrics[("stallwatch_target_state", (("state", "down"), *TARGET_LABELS))] == 1
     (restarted,) = [poll for poll in polls if poll.state == State.RESTARTED]
     assert old_start is not None
     assert restarted.reading is not None
     assert restarted.reading.process_start_time != old_start.process_start_time
     assert "process start time changed" in restarted.reason
     assert restarted.steps_per_second is None
-    assert State.DOWN in [poll.state for poll in polls]  # the exporter saw the gap
     assert after.restarts_detected == 1
     assert metrics[("stallwatch_restarts_detected_total", TARGET_LABELS)] == 1
 
 
 async def test_two_api_servers_restart_is_detected_by_a_counter_going_down(
-    real_vllm_factory: RealVllmFactory,
+    real_vllm_two_api_servers: RealVllmServer,
 ) -> None:
     """With --api-server-count 2 (no start time) a restart reads restarted: a counter went down."""
-    server = real_vllm_factory("--api-server-count", "2", name="two-api-servers")
+    server = real_vllm_two_api_servers
     async with exporter_for(real_target(NAME, server.base_url)) as (service, _):
         # The first reads come before any request, while some gauges have no sample yet.
         first = await record_polls(service, NAME, until=lambda h: h.polls >= 2, timeout=30)

@@ -10,7 +10,6 @@ import pytest
 
 from tests.real.scenario_support import finish_sustained, sustained_generations, sustained_lengths
 from tests.real.vllm_server import (
-    RealVllmFactory,
     RealVllmServer,
     complete,
     fetch_metrics,
@@ -132,10 +131,10 @@ async def test_sigstopped_engine_core_freezes_the_step_count_but_not_health(
 
 
 async def test_two_api_servers_publish_no_process_start_time(
-    real_vllm_factory: RealVllmFactory, http: aiohttp.ClientSession
+    real_vllm_two_api_servers: RealVllmServer, http: aiohttp.ClientSession
 ) -> None:
     """With --api-server-count 2 (multiprocess metrics) there is no process_start_time_seconds."""
-    server = real_vllm_factory("--api-server-count", "2", name="two-api-servers")
+    server = real_vllm_two_api_servers
     await complete(http, server.base_url, word_prompt(4), 2)
 
     text = await wait_for_metric(
@@ -144,20 +143,3 @@ async def test_two_api_servers_publish_no_process_start_time(
 
     assert has_metric(text, RUNNING)
     assert not has_metric(text, START_TIME)
-
-
-async def test_killed_engine_core_takes_the_server_down_and_restart_brings_a_new_one(
-    real_vllm: RealVllmServer, http: aiohttp.ClientSession
-) -> None:
-    """Killing the engine core ends the API server; restart() serves with a new start time."""
-    start_time_before = metric_sum(await fetch_metrics(http, real_vllm.base_url), START_TIME)
-
-    real_vllm.sigkill_engine()
-    exit_code = real_vllm.wait_exit(timeout_s=60)
-    assert exit_code is not None
-
-    real_vllm.restart()
-    start_time_after = metric_sum(await fetch_metrics(http, real_vllm.base_url), START_TIME)
-    assert start_time_before is not None
-    assert start_time_after is not None
-    assert start_time_after > start_time_before

@@ -48,12 +48,16 @@ SHIPPED = Timings(interval=15.0, gap="5s", check_interval="5s", agent_inter="2s"
 @dataclass(frozen=True)
 class FreezeRun:
     """What one freeze did: seconds from the freeze to HAProxy's `DOWN (agent)` and from its end
-    back to `UP`, users' requests the frozen server received, and the journal's routing rows."""
+    back to `UP`; users' requests the frozen server received before it left and while it was out,
+    the other server's while it was out, and whether users reached the frozen one once it was
+    back; the journal's routing rows."""
 
     freeze_to_out: float
     end_to_back: float
     to_frozen_before_out: int
     to_frozen_while_out: int
+    to_others_while_out: int
+    reached_after_back: bool
     users_completed: int
     routing: list[tuple[str, str]]
     restarted: bool
@@ -80,6 +84,16 @@ async def _user(proxy: HAProxy, session: aiohttp.ClientSession, stop: asyncio.Ev
                 done += response.status == 200
         await asyncio.sleep(0.05)
     return done
+
+
+async def _reached(sim: SimHandle, before: int, timeout: float) -> bool:
+    """Whether users' requests to `sim` pass `before` within `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while _user_requests(sim) <= before:
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.05)
+    return True
 
 
 def _config(
@@ -172,9 +186,9 @@ async def freeze_through_haproxy(
                         timeout=freeze_seconds + 6 * timings.interval + 60,
                     )
                     out_at = time.monotonic()
-                    at_out = _user_requests(gpu_a)
+                    at_out, others_at_out = _user_requests(gpu_a), _user_requests(gpu_b)
                     await asyncio.sleep(max(0.0, frozen_at + freeze_seconds - time.monotonic()))
-                    at_end = _user_requests(gpu_a)
+                    at_end, others_at_end = _user_requests(gpu_a), _user_requests(gpu_b)
                     ended_at = time.monotonic()
                     gpu_a.apply_fault("recover")
                     await wait_for(
@@ -184,6 +198,7 @@ async def freeze_through_haproxy(
                         timeout=4 * timings.interval + 60,
                     )
                     back_at = time.monotonic()
+                    reached_after_back = await _reached(gpu_a, at_end, USER_TIMEOUT_SECONDS)
                     stop.set()
                     completed = sum(await asyncio.gather(*users))
 
@@ -207,6 +222,8 @@ async def freeze_through_haproxy(
         end_to_back=back_at - ended_at,
         to_frozen_before_out=at_out - at_freeze,
         to_frozen_while_out=at_end - at_out,
+        to_others_while_out=others_at_end - others_at_out,
+        reached_after_back=reached_after_back,
         users_completed=completed,
         routing=routing,
         restarted=(tmp_path / "restarted").exists()
