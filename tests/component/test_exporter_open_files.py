@@ -28,14 +28,17 @@ def low_open_files() -> None:
 
 
 def poll_counts(text: str) -> tuple[float, float]:
-    """The target's polls and its poll errors (all reasons)."""
+    """The target's polls, and its poll errors that a lack of file descriptors gives (every
+    reason but a read's timeout: a 0.2 s read on a loaded machine may time out, and that is
+    not what this test is about)."""
     polls = errors = 0.0
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             if sample.name == "stallwatch_polls_total":
                 polls += sample.value
             elif sample.name == "stallwatch_poll_errors_total":
-                errors += sample.value
+                if sample.labels.get("reason") != "timeout":
+                    errors += sample.value
     return polls, errors
 
 
@@ -53,7 +56,7 @@ async def test_idle_connections_beyond_the_open_files_limit_leave_polls_working(
     tmp_path: Path,
 ) -> None:
     """400 idle connections to an exporter limited to 256 open files: the excess is refused at
-    the door and every poll of its target meanwhile succeeds (none fails with EMFILE)."""
+    the door and no poll of its target meanwhile fails to connect (none fails with EMFILE)."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     config = tmp_path / "exporter.yml"
