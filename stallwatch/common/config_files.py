@@ -191,6 +191,16 @@ def load_yaml_mapping(path: Path, *, empty_allowed: bool = True) -> dict[str, An
     return data
 
 
+def empty_on_reload(path: Path) -> str | None:
+    """What `--config.check` warns of a file a start takes and a reload refuses (None: none)."""
+    try:
+        load_yaml_mapping(path, empty_allowed=False)
+    except ConfigError as error:
+        if EMPTY_ON_RELOAD in str(error):
+            return f"{path}: {EMPTY_ON_RELOAD}"
+    return None
+
+
 def load_exporter_config(path: Path, *, reloading: bool = False) -> ExporterConfig:
     """Read and check an exporter config file; raises ConfigError naming the file and field.
     On a reload an empty file is refused (EMPTY_ON_RELOAD)."""

@@ -177,6 +177,33 @@ class RestarterConfig:
                 return target
         return None
 
+    def pools(self) -> dict[str, tuple[str, ...]]:
+        """The configured targets by pool, in config order."""
+        pools: dict[str, tuple[str, ...]] = {}
+        for target in self.targets:
+            pools[target.pool] = (*pools.get(target.pool, ()), target.name)
+        return pools
+
+    def quarantine_summary(self) -> list[str]:
+        """What the quarantine will do with these targets, one line each: on or off, and each
+        pool, a target alone in its pool saying it never leaves rotation (it has no replica to
+        take its users, so its stalls are not journaled as refused either)."""
+        settings = self.quarantine
+        if not settings.enabled:
+            return ["quarantine: off"]
+        lines = [
+            f"quarantine: on, at most {settings.max_share} % of a pool out of rotation at once"
+        ]
+        for pool, names in self.pools().items():
+            if len(names) == 1:
+                lines.append(
+                    f"pool {pool}: {names[0]} alone, never taken out of rotation "
+                    "(give its replicas the same pool:)"
+                )
+            else:
+                lines.append(f"pool {pool}: {', '.join(names)}")
+        return lines
+
     @property
     def host_port(self) -> tuple[str, int]:
         return parse_listen(self.listen)

@@ -12,7 +12,7 @@ from typing import Any
 
 from stallwatch.common.cli import add_service_arguments, setup_logging
 from stallwatch.common.config import ConfigError, parse_listen
-from stallwatch.common.config_files import load_exporter_config
+from stallwatch.common.config_files import empty_on_reload, load_exporter_config
 from stallwatch.exporter.app import ListenError, serve
 from stallwatch.exporter.web_config import describe as describe_web_config
 from stallwatch.exporter.web_config import load_web_config
@@ -70,7 +70,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"invalid config: {error}", file=sys.stderr)
         return 1
     if args.config_check:
-        for warning in config.warnings:
+        empty = empty_on_reload(Path(args.config))
+        for warning in (*config.warnings, *([empty] if empty else [])):
             print(f"warning: {warning}", file=sys.stderr)
         print(f"{args.config}: valid, {len(config.targets)} targets")
         if web_config is not None:

@@ -154,6 +154,10 @@ async def count_webhook_answers(
     return response
 
 
+# How many of a notification's alerts its arrival log line names.
+MAX_ALERTS_NAMED = 5
+
+
 async def handle_alerts(request: web.Request) -> web.StreamResponse:
     restarter = request.app[RESTARTER_KEY]
     if not authorized(restarter.config, request):
@@ -179,6 +183,18 @@ async def handle_alerts(request: web.Request) -> web.StreamResponse:
     except PayloadError as error:
         log.warning("rejected a webhook payload: %s", printable(str(error)))
         return error_response(400, f"not an Alertmanager version 4 payload: {error}")
+    # Said on arrival: the decision comes only after the confirming reads, seconds later.
+    log.info(
+        "webhook: %d alert(s) received: %s",
+        len(notification.alerts),
+        printable(
+            ", ".join(
+                f"{alert.alertname} {alert.status} target={alert.target}"
+                for alert in notification.alerts[:MAX_ALERTS_NAMED]
+            )
+            + (" ..." if len(notification.alerts) > MAX_ALERTS_NAMED else "")
+        ),
+    )
     decisions = await restarter.handle(notification)
     if any(decision["reason"] == JOURNAL_UNWRITABLE for decision in decisions):
         answer = {
@@ -362,6 +378,8 @@ async def _serve_locked(
         raise
     scheme = "https" if config.tls_cert_file else "http"
     log.info("restarter listening on %s://%s (journal %s)", scheme, config.listen, config.journal)
+    for line in config.quarantine_summary() if config.targets else []:
+        log.info("%s", line)
     loop = asyncio.get_running_loop()
     if config_path is not None:
         loop.add_signal_handler(signal.SIGHUP, app[RELOADER_KEY].reload)

@@ -19,6 +19,7 @@ import aiohttp
 from stallwatch import USER_AGENT
 from stallwatch.common.cli import EXIT_USAGE, add_service_arguments, setup_logging
 from stallwatch.common.config import ConfigError, parse_duration
+from stallwatch.common.config_files import empty_on_reload
 from stallwatch.common.config_files import load_restarter_config as load_config
 from stallwatch.common.restarter_config import RestarterConfig
 from stallwatch.common.text import printable
@@ -206,6 +207,7 @@ def describe(config: RestarterConfig) -> list[str]:
             f"{', '.join(rule.namespaces)} labelled {selector}, cooldown {rule.cooldown:g} s, "
             f"confirm at the pod's port {rule.metrics_port}{rule.metrics_path}"
         )
+    lines.extend(config.quarantine_summary() if config.targets else [])
     lease = config.kubernetes.lease if config.kubernetes else None
     if lease is not None:
         lines.append(
@@ -223,6 +225,9 @@ def run(args: argparse.Namespace) -> int:
     if config is None:
         return 1
     if args.config_check or args.config_check_targets:
+        empty = empty_on_reload(args.config)
+        if empty:
+            print(f"warning: {empty}", file=sys.stderr)
         print(f"{args.config}: valid, {len(config.targets)} targets")
         for line in describe(config):
             print(f"  {line}")

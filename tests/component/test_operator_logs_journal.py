@@ -178,3 +178,24 @@ def test_the_simulator_process_logs_one_json_object_per_line() -> None:
     assert len(applied) == 1
     assert applied[0]["level"] == "info"
     assert set(applied[0]) >= {"time", "level", "logger", "message"}
+
+
+async def test_a_webhook_is_logged_on_arrival_before_its_decision(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A delivered alert is logged when it arrives (name, status, target), before the decision
+    that the confirming reads take seconds to reach."""
+    config = write_config(
+        tmp_path,
+        [target_entry("gpu1", "http://127.0.0.1:1/metrics", {"kind": "command", "argv": ["true"]})],
+    )
+    with caplog.at_level(logging.INFO, logger="stallwatch.restarter"):
+        async with running_restarter(config) as (client, _):
+            answer = await post_alerts(client, payload(alert("gpu1")))
+            assert answer["status"] == "ok"
+    messages = [r.getMessage() for r in caplog.records]
+    arrival = next(i for i, m in enumerate(messages) if m.startswith("webhook: 1 alert(s)"))
+    assert "LLMServerStuck firing target=gpu1" in messages[arrival]
+    decided = [i for i, m in enumerate(messages) if "gpu1" in m and i != arrival]
+    assert decided, messages
+    assert all(i > arrival for i in decided)

@@ -193,6 +193,19 @@ def test_an_empty_file_is_refused_on_reload_and_loads_at_start(tmp_path: Path) -
     assert load_exporter_config(_write(tmp_path, "targets: []\n"), reloading=True).targets == ()
 
 
+def test_config_check_warns_of_an_empty_file_that_a_reload_would_refuse(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--config.check` of an empty file passes (a start takes it) and warns that a reload
+    refuses it; `targets: []` gets no warning."""
+    empty = _write(tmp_path, "# being written\n")
+    assert main(["exporter", "--config", str(empty), "--config.check"]) == 0
+    assert EMPTY_ON_RELOAD in capsys.readouterr().err
+    explicit = _write(tmp_path, "targets: []\n")
+    assert main(["exporter", "--config", str(explicit), "--config.check"]) == 0
+    assert "warning" not in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     ("name", "text", "field"),
     [

@@ -354,3 +354,21 @@ def test_valid_tls_pair_loads_and_a_mismatched_one_is_named(tmp_path: Path) -> N
         f"{path}: tls_key_file: {tmp_path / 'b.key'} and {tmp_path / 'a.crt'} are not a usable "
         "pair (KEY_VALUES_MISMATCH)"
     )
+
+
+def test_the_quarantine_summary_names_a_target_alone_in_its_pool(tmp_path: Path) -> None:
+    """A target alone in its pool is said never to leave rotation; a pool of two is listed; a
+    quarantine switched off says only that."""
+    action = {"kind": "command", "argv": ["true"]}
+    targets = [
+        {"name": name, "url": f"http://127.0.0.1:{port}", "action": action, "pool": pool}
+        for name, port, pool in (("a1", 8001, "llama"), ("a2", 8002, "llama"), ("b1", 8003, "qwen"))
+    ]
+    config = load_config(write_config(tmp_path, minimal(targets=targets)))
+    assert config.quarantine_summary() == [
+        "quarantine: on, at most 50 % of a pool out of rotation at once",
+        "pool llama: a1, a2",
+        "pool qwen: b1 alone, never taken out of rotation (give its replicas the same pool:)",
+    ]
+    off = load_config(write_config(tmp_path, minimal(quarantine={"enabled": False})))
+    assert off.quarantine_summary() == ["quarantine: off"]
