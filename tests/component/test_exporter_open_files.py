@@ -36,9 +36,11 @@ def poll_counts(text: str) -> tuple[float, float]:
         for sample in family.samples:
             if sample.name == "stallwatch_polls_total":
                 polls += sample.value
-            elif sample.name == "stallwatch_poll_errors_total":
-                if sample.labels.get("reason") != "timeout":
-                    errors += sample.value
+            elif (
+                sample.name == "stallwatch_poll_errors_total"
+                and sample.labels.get("reason") != "timeout"
+            ):
+                errors += sample.value
     return polls, errors
 
 
