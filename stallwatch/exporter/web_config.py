@@ -177,7 +177,8 @@ def _require_bcrypt(source: str) -> None:
         raise ConfigError(
             source,
             "basic_auth_users",
-            "checking bcrypt hashes needs the bcrypt package: pip install 'stallwatch[web]'",
+            "checking bcrypt hashes needs the bcrypt package: pip install bcrypt (or the "
+            "'web' extra: pip install 'stallwatch[web]', from a checkout '.[web]')",
         ) from None
 
 

@@ -347,10 +347,10 @@ def run_control(args: argparse.Namespace) -> int:
             duration = parse_duration(args.pause_for)
         except ValueError as error:
             print(f"--for: {error}", file=sys.stderr)
-            return 2
+            return EXIT_USAGE
         if duration <= 0:
             print("--for: must be longer than zero", file=sys.stderr)
-            return 2
+            return EXIT_USAGE
     reason = args.reason or f"{args.control} from the command line"
     if not _write(
         config, lambda j: j.record_control(args.control, reason, time.time(), duration=duration)
@@ -379,18 +379,18 @@ def run_hold(args: argparse.Namespace) -> int:
     target: str = args.target
     if config.target(target) is None and not config.rules:
         print(f"{target!r} is not a target of {path}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     duration = 0.0
     if args.control == "hold":
         try:
             duration = parse_duration(args.hold_for)
         except ValueError as error:
             print(f"--for: {error}", file=sys.stderr)
-            return 2
+            return EXIT_USAGE
         refusal = hold_refusal(duration, config.max_hold)
         if refusal is not None:
             print(f"--for: {refusal}", file=sys.stderr)
-            return 2
+            return EXIT_USAGE
     reason = args.reason or f"{args.control} from the command line"
     if not _write(
         config,
@@ -416,7 +416,7 @@ def run_journal(args: argparse.Namespace) -> int:
         return 1
     if args.limit < 1:
         print("--limit: expected a positive integer", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     try:
         journal = JournalReader.open_read_only(config.journal)
     except FileNotFoundError as error:

@@ -9,7 +9,12 @@ import signal
 import sys
 from typing import Any
 
-from stallwatch.common.cli import add_logging_arguments, duration_or_seconds, setup_logging
+from stallwatch.common.cli import (
+    EXIT_USAGE,
+    add_logging_arguments,
+    duration_or_seconds,
+    setup_logging,
+)
 from stallwatch.simulator.config import SimConfig
 from stallwatch.simulator.engines import ENGINES
 from stallwatch.simulator.load import DEFAULT_USER_AGENT, run_load
@@ -243,7 +248,7 @@ def _serve_command(args: argparse.Namespace) -> int:
         config = config_from_args(args)
     except ValueError as error:
         print(f"stallwatch sim: {error}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     return asyncio.run(_serve(config, args.host, args.port))
 
 
@@ -273,7 +278,7 @@ def _load_command(args: argparse.Namespace) -> int:
         )
     except ValueError as error:
         print(f"stallwatch sim load: {error}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     print(summary.format(), flush=True)
     return 0 if summary.failed == 0 else 1
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import pytest
 
@@ -65,3 +66,29 @@ def test_two_different_configs_are_a_usage_error(capsys: pytest.CaptureFixture[s
 def test_the_reason_defaults_to_empty() -> None:
     """No --reason: an empty reason (the command then writes one of its own)."""
     assert parse("restarter", "unhold", "gpu1", "--config", "r.yml").reason == ""
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (("hold", "gpu1", "--for", "2h"), "--for: "),
+        (("hold", "nosuch", "--for", "5m"), "'nosuch' is not a target"),
+        (("pause", "--for", "0s"), "--for: must be longer than zero"),
+        (("journal", "--limit", "0"), "--limit: expected a positive integer"),
+    ],
+)
+def test_a_bad_argument_is_a_usage_error(
+    argv: tuple[str, ...], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A hold past max_hold, an unknown target, a zero pause, a limit of 0: exit 64 (usage), not
+    2, with the option named."""
+    token = tmp_path / "token"
+    token.write_text("s3cret\n")
+    token.chmod(0o600)
+    config = tmp_path / "restarter.yml"
+    config.write_text(
+        "token_file: token\njournal: journal.sqlite\nmax_hold: 1h\ntargets:\n"
+        "  - {name: gpu1, url: 'http://127.0.0.1:8000', action: {kind: command, argv: ['true']}}\n"
+    )
+    assert main(["restarter", "--config", str(config), *argv]) == EXIT_USAGE
+    assert message in capsys.readouterr().err
