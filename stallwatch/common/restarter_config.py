@@ -120,10 +120,15 @@ class Breaker:
     failed_actions: int = 3  # failed actions in a row, fleet-wide; 0: never
 
 
+DEFAULT_CONFIRM_TIMEOUT = 2.0
+
+
 @dataclass(frozen=True)
 class ConfirmSettings:
     gap: float = 5.0
-    timeout: float = 3.0
+    # gap + 2 x timeout stays under Alertmanager's webhook timeout (about 10 s) when both
+    # confirming reads time out.
+    timeout: float = DEFAULT_CONFIRM_TIMEOUT
     idle_confirms: tuple[str, ...] = DEFAULT_IDLE_CONFIRMS
     hung_confirms: tuple[str, ...] = DEFAULT_HUNG_CONFIRMS
 
@@ -426,7 +431,7 @@ def restarter_config_from_mapping(data: object, source: str, base_dir: Path) -> 
         dry_run=top.boolean("dry_run", False),
         confirm=ConfirmSettings(
             gap=confirm.duration("gap", 5.0, minimum=MIN_CONFIRM_GAP_SECONDS, why=_GAP_WHY),
-            timeout=confirm.duration("timeout", 3.0),
+            timeout=confirm.duration("timeout", DEFAULT_CONFIRM_TIMEOUT),
             idle_confirms=confirm.string_list("idle_confirms", DEFAULT_IDLE_CONFIRMS),
             hung_confirms=confirm.string_list("hung_confirms", DEFAULT_HUNG_CONFIRMS),
         ),

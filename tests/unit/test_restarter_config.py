@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from stallwatch.common.config import ConfigError
+from stallwatch.common.config import ConfigError, parse_duration
 from stallwatch.common.config_files import load_restarter_config as load_config
 from stallwatch.common.restart_limits import CooldownAuto
 from stallwatch.common.restarter_config import (
@@ -372,3 +372,14 @@ def test_the_quarantine_summary_names_a_target_alone_in_its_pool(tmp_path: Path)
     ]
     off = load_config(write_config(tmp_path, minimal(quarantine={"enabled": False})))
     assert off.quarantine_summary() == ["quarantine: off"]
+
+
+@pytest.mark.parametrize(
+    "relative", ["examples/restarter.yml", "deploy/restarter-sim.yml", "deploy/restarter-vllm.yml"]
+)
+def test_shipped_confirmations_end_within_the_webhook_timeout(relative: str) -> None:
+    """Each shipped restarter config keeps `confirm.gap + 2 x confirm.timeout` under the 10 s
+    its docs promise for Alertmanager's webhook (the worst case: both reads time out)."""
+    confirm = yaml.safe_load((REPO / relative).read_text())["confirm"]
+    gap, timeout = parse_duration(confirm["gap"]), parse_duration(confirm["timeout"])
+    assert gap + 2 * timeout < 10.0, confirm
