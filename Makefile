@@ -1,13 +1,16 @@
 # stallwatch: `make demo` runs the whole pipeline locally, `make test` runs every test.
 # Both set up what they need on a fresh machine: a virtual environment with the project and,
-# when run as root, Debian's prometheus, prometheus-alertmanager and haproxy.
+# when run as root, Debian's prometheus, prometheus-alertmanager, haproxy and
+# prometheus-blackbox-exporter (the benchmarks' peer).
 
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-SYSTEM_BINARIES := prometheus promtool prometheus-alertmanager amtool docker-compose haproxy
-DEBIAN_PACKAGES := prometheus prometheus-alertmanager docker-compose haproxy
+SYSTEM_BINARIES := prometheus promtool prometheus-alertmanager amtool docker-compose haproxy \
+	prometheus-blackbox-exporter
+DEBIAN_PACKAGES := prometheus prometheus-alertmanager docker-compose haproxy \
+	prometheus-blackbox-exporter
 # helm and kubectl (with kustomize) of record: `make tools` unpacks them into $(BIN), pinned.
 TOOLS_STAMP := $(VENV)/.tools
 

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from benchmarks import (
     end_to_end,
     parsing,
+    peer,
     probe_mode,
     quarantine,
     read_path,
@@ -31,6 +32,7 @@ BENCHMARKS: dict[str, Callable[..., Section]] = {
     "readpath": read_path.run,
     "window": restart_window.run,
     "quarantine": quarantine.run,
+    "peer": peer.run,
 }
 # The benchmarks that can run the code at another git ref beside this tree's (`--baseline`).
 COMPARED = frozenset({"probe", "readpath"})

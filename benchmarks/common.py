@@ -118,14 +118,19 @@ def exporter_child(
             raise RuntimeError("the exporter did not start")
         yield process, line.removeprefix("listening on ").strip()
     finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(10)
-        if process.stdout is not None:
-            process.stdout.close()
+        stop_child(process)
+
+
+def stop_child(process: subprocess.Popen[str]) -> None:
+    """Stop a child process: SIGTERM, then SIGKILL if it is still there after 10 s."""
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(10)
+    if process.stdout is not None:
+        process.stdout.close()
 
 
 def python_environment(source: Path | None) -> dict[str, str]:

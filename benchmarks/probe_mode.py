@@ -17,7 +17,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -107,11 +107,24 @@ class ScheduleRun:
         return min(1.0, self.reads / self.reads_due) if self.reads_due else 0.0
 
 
+def stallwatch_params(port: int) -> dict[str, str]:
+    """`stallwatch exporter`'s `/probe` query for the server on `port`, module `vllm`."""
+    return {"target": f"127.0.0.1:{port}", "module": "vllm"}
+
+
 @contextlib.asynccontextmanager
 async def scraping(
-    session: aiohttp.ClientSession, url: str, ports: list[int], durations: list[float]
+    session: aiohttp.ClientSession,
+    url: str,
+    ports: list[int],
+    durations: list[float],
+    params: Callable[[int], dict[str, str]] = stallwatch_params,
+    succeeded: Callable[[bytes], bool] | None = None,
+    headers: dict[str, str] | None = None,
 ) -> AsyncIterator[list[int]]:
-    """Scrape every port's `/probe` once per interval, phases spread; yields [failures]."""
+    """Scrape every port's `/probe` (query `params(port)`) once per interval, phases spread;
+    yields [failures]: timeouts, errors, non-200 answers and, with `succeeded`, 200 answers
+    whose body it rejects."""
     failures = [0]
     stop = asyncio.Event()
 
@@ -119,17 +132,18 @@ async def scraping(
         await asyncio.sleep(offset)
         loop = asyncio.get_running_loop()
         next_at = loop.time()
-        params = {"target": f"127.0.0.1:{port}", "module": "vllm"}
+        query = params(port)
         while not stop.is_set():
             started = loop.time()
             try:
                 async with session.get(
                     url + "/probe",
-                    params=params,
+                    params=query,
+                    headers=headers,
                     timeout=aiohttp.ClientTimeout(total=SCRAPE_TIMEOUT),
                 ) as response:
-                    await response.read()
-                    if response.status != 200:
+                    body = await response.read()
+                    if response.status != 200 or (succeeded is not None and not succeeded(body)):
                         failures[0] += 1
             except (TimeoutError, aiohttp.ClientError):
                 failures[0] += 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -16,7 +17,8 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.mark.timeout(900)
 def test_quick_benchmarks_run_and_produce_sane_figures(tmp_path: Path) -> None:
     """`python -m benchmarks --quick` runs every benchmark: ratios > 0, one restart in the storm,
-    both /probe costs are reported, the heavy payload is read."""
+    both /probe costs are reported, the heavy payload is read, every exporter beside
+    blackbox_exporter read the servers (or the section says why it was skipped)."""
     figures_file = tmp_path / "figures.json"
     completed = run_bounded(
         [sys.executable, "-m", "benchmarks", "--quick", "--json", str(figures_file)],
@@ -78,3 +80,15 @@ def test_quick_benchmarks_run_and_produce_sane_figures(tmp_path: Path) -> None:
     assert quarantine["end_to_back"] > 0
     assert quarantine["to_frozen_while_out"] == 0
     assert quarantine["restarted"] is False
+
+    peer = figures["peer"]
+    if shutil.which("prometheus-blackbox-exporter") is None:
+        assert "prometheus-blackbox-exporter not found" in peer["skipped"]
+    else:
+        assert "skipped" not in peer, peer
+        for size in peer["sizes"]:
+            for run in size["runs"]:
+                assert run["reads"] > 0, run
+                assert run["scrapes"] > 0, run
+            for name, ratios in size["ratios"].items():
+                assert ratios["cpu_per_read"] > 0, (name, ratios)

@@ -1,0 +1,439 @@
+"""Beside blackbox_exporter: the same servers, the same scrape plan, three `/probe` exporters.
+
+Each exporter runs as its own process, one after another on the same target servers
+(`benchmarks.targets`, the captured real vLLM payload), scraped by this process as
+Prometheus would (`probe_mode.scraping`: every server once per 15 s, phases spread, 10 s scrape
+timeout):
+
+- `stallwatch exporter`, module `vllm` (reads, parses and judges the payload, remembers the
+  target);
+- Debian's `prometheus-blackbox-exporter` (0.23), module `http_2xx` (reads the whole body) and
+  a module that also matches a regular expression on the body;
+- `benchmarks.bare_exporter`: an aiohttp server that reads the body with one shared session and
+  answers a constant, the cost any aiohttp exporter pays for the same reads.
+
+The exporter's CPU and memory are read from /proc (the process and its live children).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+
+from benchmarks.common import REPO, Section, fmt_seconds, percentile, real_payload, stop_child
+from benchmarks.probe_mode import (
+    INTERVAL,
+    SCRAPE_TIMEOUT,
+    exporter_counter,
+    exporter_process,
+    free_port,
+    rss_bytes,
+    scraping,
+    stallwatch_params,
+)
+from benchmarks.scale import TargetServers, process_cpu_seconds
+
+BLACKBOX = "prometheus-blackbox-exporter"
+# The series the regex module looks for in the body (a gauge of the vLLM payload).
+BODY_REGEX = r"vllm:num_requests_running\{[^}]*\} [0-9.eE+-]+"
+# Prometheus tells an exporter its scrape timeout; blackbox_exporter bounds its probe by it.
+SCRAPE_HEADERS = {"X-Prometheus-Scrape-Timeout-Seconds": f"{SCRAPE_TIMEOUT:g}"}
+LOAD_SAMPLE_SECONDS = 5.0
+
+StartExporter = Callable[[Path], AbstractContextManager[tuple[subprocess.Popen[str], str]]]
+
+
+def descendants(pid: int) -> list[int]:
+    """`pid` and its live children, grandchildren and so on (from /proc)."""
+    found = [pid]
+    for parent in found:
+        with contextlib.suppress(FileNotFoundError):
+            for task in os.listdir(f"/proc/{parent}/task"):
+                path = f"/proc/{parent}/task/{task}/children"
+                with contextlib.suppress(FileNotFoundError), open(path, encoding="ascii") as ids:
+                    found += [int(child) for child in ids.read().split()]
+    return found
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process and its live descendants."""
+    total = 0.0
+    for member in descendants(pid):
+        with contextlib.suppress(FileNotFoundError):
+            total += process_cpu_seconds(member)
+    return total
+
+
+def tree_rss_bytes(pid: int) -> int:
+    """Resident memory of a process and its live descendants."""
+    total = 0
+    for member in descendants(pid):
+        with contextlib.suppress(FileNotFoundError):
+            total += rss_bytes(member)
+    return total
+
+
+def blackbox_config() -> dict[str, object]:
+    """blackbox_exporter's modules: a whole-body read, and the same with a body regex."""
+    http = {"preferred_ip_protocol": "ip4", "ip_protocol_fallback": False}
+    return {
+        "modules": {
+            "http_2xx": {"prober": "http", "timeout": "5s", "http": http},
+            "vllm_regex": {
+                "prober": "http",
+                "timeout": "5s",
+                "http": http | {"fail_if_body_not_matches_regexp": [BODY_REGEX]},
+            },
+        }
+    }
+
+
+def wait_ready(process: subprocess.Popen[str], url: str, seconds: float = 15.0) -> None:
+    """Wait until `url` answers 200; fail if the process exits or the time runs out."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"{process.args!r} exited with {process.returncode}")
+        with (
+            contextlib.suppress(urllib.error.URLError, ConnectionError),
+            urllib.request.urlopen(url, timeout=1) as response,
+        ):
+            if response.status == 200:
+                return
+        time.sleep(0.1)
+    raise RuntimeError(f"{url} did not answer within {seconds:g} s")
+
+
+@contextlib.contextmanager
+def blackbox_process(workdir: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """blackbox_exporter with `blackbox_config()` on a free loopback port; yields it and its
+    base URL, and stops it."""
+    binary = shutil.which(BLACKBOX)
+    assert binary is not None
+    config = workdir / "blackbox.yml"
+    config.write_text(json.dumps(blackbox_config()))
+    address = f"127.0.0.1:{free_port()}"
+    process = subprocess.Popen(
+        [binary, f"--config.file={config}", f"--web.listen-address={address}"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        wait_ready(process, f"http://{address}/-/healthy")
+        yield process, f"http://{address}"
+    finally:
+        stop_child(process)
+
+
+@contextlib.contextmanager
+def bare_process(workdir: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """`benchmarks.bare_exporter` as a child process; yields it and its base URL."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "benchmarks.bare_exporter"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        cwd=REPO,
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        if not line.startswith("listening on "):
+            raise RuntimeError("the bare exporter did not start")
+        yield process, line.removeprefix("listening on ").strip()
+    finally:
+        stop_child(process)
+
+
+def stallwatch_start(workdir: Path) -> AbstractContextManager[tuple[subprocess.Popen[str], str]]:
+    return exporter_process(workdir)
+
+
+def body_says(pattern: bytes) -> Callable[[bytes], bool]:
+    """A check that a `/probe` answer has a line matching `pattern` (the read succeeded)."""
+    compiled = re.compile(pattern, re.MULTILINE)
+    return lambda body: compiled.search(body) is not None
+
+
+def blackbox_params(module: str) -> Callable[[int], dict[str, str]]:
+    return lambda port: {"target": f"http://127.0.0.1:{port}/metrics", "module": module}
+
+
+def bare_params(port: int) -> dict[str, str]:
+    return {"target": f"127.0.0.1:{port}"}
+
+
+@dataclass(frozen=True)
+class Peer:
+    """One exporter as the scrape plan meets it."""
+
+    name: str
+    start: StartExporter
+    params: Callable[[int], dict[str, str]]
+    succeeded: Callable[[bytes], bool]
+    # The exporter's own counter of reads on its /metrics; None: every scrape that
+    # succeeded is one read (blackbox_exporter reads the server at every /probe).
+    reads_counter: str | None
+
+
+PEERS = (
+    Peer(
+        "stallwatch",
+        stallwatch_start,
+        stallwatch_params,
+        body_says(rb"^stallwatch_target_up(\{[^}]*\})? 1(\.0)?$"),
+        "stallwatch_probe_reads_total",
+    ),
+    Peer(
+        "blackbox http_2xx",
+        blackbox_process,
+        blackbox_params("http_2xx"),
+        body_says(rb"^probe_success 1$"),
+        None,
+    ),
+    Peer(
+        "blackbox regex",
+        blackbox_process,
+        blackbox_params("vllm_regex"),
+        body_says(rb"^probe_success 1$"),
+        None,
+    ),
+    Peer(
+        "bare aiohttp",
+        bare_process,
+        bare_params,
+        body_says(rb"^bare_probe_success 1$"),
+        "bare_reads_total",
+    ),
+)
+STALLWATCH = PEERS[0].name
+
+
+@dataclass(frozen=True)
+class PeerRun:
+    """One exporter's figures at one size."""
+
+    peer: str
+    targets: int
+    seconds: float
+    scrapes_due: int
+    scrapes: int
+    failed_scrapes: int
+    reads: int
+    p50_scrape_seconds: float
+    p99_scrape_seconds: float
+    exporter_cpu: float
+    scraper_cpu: float
+    servers_cpu: float
+    rss_bytes: int
+    load_mean: float
+    load_max: float
+
+    @property
+    def cpu_per_read(self) -> float:
+        return self.exporter_cpu / self.reads if self.reads else float("nan")
+
+
+async def measure(
+    peer: Peer, servers: TargetServers, count: int, warmup: float, window: float, workdir: Path
+) -> PeerRun:
+    """Start `peer`'s exporter, scrape `count` servers through it, measure `window` seconds
+    after `warmup`."""
+    ports = servers.ports[:count]
+    with peer.start(workdir) as (process, url):
+        connector = aiohttp.TCPConnector(limit=256)
+        async with aiohttp.ClientSession(connector=connector) as session:
+
+            async def reads_so_far(succeeded: int) -> int:
+                if peer.reads_counter is None:
+                    return succeeded
+                return int(await exporter_counter(session, url, peer.reads_counter))
+
+            durations: list[float] = []
+            async with scraping(
+                session, url, ports, durations, peer.params, peer.succeeded, SCRAPE_HEADERS
+            ) as failures:
+                await asyncio.sleep(warmup)
+                scrapes_before, failed_before = len(durations), failures[0]
+                reads_before = await reads_so_far(scrapes_before - failed_before)
+                cpu_before = tree_cpu_seconds(process.pid)
+                scraper_before, servers_before = time.process_time(), servers.cpu()
+                started = time.monotonic()
+                loads = []
+                while (left := started + window - time.monotonic()) > 0:
+                    await asyncio.sleep(min(LOAD_SAMPLE_SECONDS, left))
+                    loads.append(os.getloadavg()[0])
+                elapsed = time.monotonic() - started
+                succeeded_after = len(durations) - failures[0]
+                cpu = tree_cpu_seconds(process.pid) - cpu_before
+                scraper_cpu = time.process_time() - scraper_before
+                servers_cpu = servers.cpu() - servers_before
+                rss = tree_rss_bytes(process.pid)
+                measured = durations[scrapes_before:]
+                failed = failures[0] - failed_before
+                reads = await reads_so_far(succeeded_after) - reads_before
+    return PeerRun(
+        peer=peer.name,
+        targets=count,
+        seconds=elapsed,
+        scrapes_due=round(count * elapsed / INTERVAL),
+        scrapes=len(measured),
+        failed_scrapes=failed,
+        reads=reads,
+        p50_scrape_seconds=percentile(measured, 0.5),
+        p99_scrape_seconds=percentile(measured, 0.99),
+        exporter_cpu=cpu,
+        scraper_cpu=scraper_cpu,
+        servers_cpu=servers_cpu,
+        rss_bytes=rss,
+        load_mean=sum(loads) / len(loads),
+        load_max=max(loads),
+    )
+
+
+async def _run(counts: list[int], warmup: float, window: float) -> list[list[PeerRun]]:
+    """Per size, every peer's run; the order of the peers alternates from one size to the next."""
+    servers = await asyncio.to_thread(TargetServers, max(counts), moving=True)
+    try:
+        with tempfile.TemporaryDirectory() as workdir:
+            sizes = []
+            for index, count in enumerate(counts):
+                order = PEERS if index % 2 == 0 else PEERS[::-1]
+                runs = {
+                    peer.name: await measure(peer, servers, count, warmup, window, Path(workdir))
+                    for peer in order
+                }
+                sizes.append([runs[peer.name] for peer in PEERS])
+            return sizes
+    finally:
+        await asyncio.to_thread(servers.stop)
+
+
+def ratio(numerator: float, denominator: float) -> float:
+    return numerator / denominator if denominator else float("nan")
+
+
+def skipped(reason: str) -> Section:
+    print(f"peer: skipped: {reason}", flush=True)
+    return Section(
+        title="Beside blackbox_exporter: the same servers, the same scrape plan",
+        command="python -m benchmarks --only peer",
+        headers=["skipped"],
+        rows=[[reason]],
+        method=[],
+        figures={"skipped": reason},
+    )
+
+
+def run(quick: bool) -> Section:
+    real_payload()
+    if shutil.which(BLACKBOX) is None:
+        return skipped(
+            f"{BLACKBOX} not found (Debian: apt-get install -y prometheus-blackbox-exporter)"
+        )
+    said = subprocess.run([BLACKBOX, "--version"], capture_output=True, text=True, check=False)
+    found = re.search(r"version (\S+)", said.stdout + said.stderr)
+    version = f"blackbox_exporter {found[1] if found else '(version unknown)'}"
+    counts = [50] if quick else [2500, 5000, 7500]
+    warmup = 5.0 if quick else INTERVAL
+    window = INTERVAL if quick else 4 * INTERVAL
+    sizes = asyncio.run(_run(counts, warmup, window))
+    rows = []
+    figures: dict[str, object] = {"blackbox_version": version, "sizes": []}
+    for runs in sizes:
+        ours = runs[0]
+        ratios = {
+            r.peer: {
+                "cpu_per_read": ratio(ours.cpu_per_read, r.cpu_per_read),
+                "p99_scrape": ratio(ours.p99_scrape_seconds, r.p99_scrape_seconds),
+                "rss": ratio(ours.rss_bytes, r.rss_bytes),
+            }
+            for r in runs[1:]
+        }
+        for r in runs:
+            rows.append(
+                [
+                    f"{r.targets:,}",
+                    r.peer,
+                    f"{r.scrapes - r.failed_scrapes:,} / {r.scrapes_due:,}",
+                    f"{r.failed_scrapes:,}",
+                    f"{r.reads:,}",
+                    f"{fmt_seconds(r.p50_scrape_seconds)} / {fmt_seconds(r.p99_scrape_seconds)}",
+                    fmt_seconds(r.cpu_per_read),
+                    f"{r.exporter_cpu / r.seconds:.0%}",
+                    "-" if r is ours else f"{ratios[r.peer]['cpu_per_read']:.2f}",
+                    f"{r.rss_bytes / 2**20:.0f} MiB",
+                    f"{r.scraper_cpu / r.seconds:.0%} / {r.servers_cpu / r.seconds:.0%}",
+                    f"{r.load_mean:.1f} ({r.load_max:.1f})",
+                ]
+            )
+        figures["sizes"].append(  # type: ignore[attr-defined]
+            {
+                "targets": ours.targets,
+                "runs": [r.__dict__ | {"cpu_per_read": r.cpu_per_read} for r in runs],
+                "ratios": ratios,
+            }
+        )
+    return Section(
+        title="Beside blackbox_exporter: the same servers, the same scrape plan",
+        command="python -m benchmarks --only peer",
+        headers=[
+            "targets",
+            "exporter",
+            "scrapes done / due",
+            "failed scrapes",
+            "reads",
+            "p50 / p99 scrape",
+            "exporter CPU per read",
+            "exporter CPU (of one core)",
+            "stallwatch ÷ this (CPU per read)",
+            "exporter RSS",
+            "Prometheus stand-in / servers CPU",
+            "load (1 min): mean (max)",
+        ],
+        rows=rows,
+        method=[
+            f"Each exporter runs as its own process, one after another on the same {max(counts):,} "
+            "lightweight aiohttp servers (one port each, the captured real vLLM payload, 51 KiB, "
+            "counters advancing, idle connections closed after 5 s: every read opens a "
+            "connection): `stallwatch exporter` (module `vllm`, `interval: 15s`, `timeout: "
+            f"5s`); {version} (module `http_2xx`, whole body read, and module `vllm_regex`, "
+            f"`fail_if_body_not_matches_regexp: {BODY_REGEX}`, both `timeout: 5s`, ip4); and "
+            "`benchmarks/bare_exporter.py` (aiohttp, one shared `ClientSession`, reads the body "
+            "and answers a constant). The order of the exporters alternates from one size to "
+            "the next.",
+            f"This process plays Prometheus, the same plan for each: every server's `/probe` "
+            f"once per {INTERVAL:g} s, phases spread, {SCRAPE_TIMEOUT:g} s scrape timeout (sent "
+            "as `X-Prometheus-Scrape-Timeout-Seconds`), kept-alive connections. A scrape fails "
+            "on a timeout, an error, a non-200 answer or an answer that does not say the read "
+            f"succeeded. Measured over {window:g} s after a {warmup:g} s warm-up.",
+            "Reads: stallwatch's `stallwatch_probe_reads_total` and the bare exporter's own "
+            "counter; for blackbox_exporter (no cache: every `/probe` reads the server), the "
+            "scrapes that succeeded. Exporter CPU per read = utime + stime of the exporter "
+            "process and its live children (/proc) ÷ reads; RSS at the end of the window. "
+            "stallwatch ÷ this: above 1, stallwatch spends more CPU per read than that exporter. "
+            "The load average (1 min) is sampled every 5 s through the window: the machine is "
+            "shared, and the stand-in, the servers and the exporter run on the same cores "
+            "(blackbox_exporter, a Go program, may use every core; the Python exporters one).",
+        ],
+        figures=figures,
+    )
