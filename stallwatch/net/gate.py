@@ -18,6 +18,7 @@ import resource
 import time
 import weakref
 from collections.abc import Awaitable, Callable
+from typing import cast
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
@@ -118,8 +119,9 @@ class _Gatekeeper(asyncio.Protocol):
     def __init__(self, gate: ConnectionGate) -> None:
         self._gate = gate
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
+    def connection_made(self, base: asyncio.BaseTransport) -> None:
+        # A stream transport; uvloop's are not subclasses of asyncio.Transport.
+        transport = cast(asyncio.Transport, base)
         if self._gate.admits(_address(transport)):
             self._gate.hand_over(transport)
             return
