@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from stallwatch.cli import main
+from stallwatch.common.cli import EXIT_USAGE
 from stallwatch.restarter.journal import Journal
 from tests.support.restarter import (
     AUTH,
@@ -220,7 +221,7 @@ def test_hold_from_the_command_line_is_bounded_and_journaled(tmp_path: Path, cap
     write_config(tmp_path, [command_target("http://127.0.0.1:9/metrics", tmp_path / "m")])
     config_file = str(tmp_path / "restarter.yml")
     assert main(["restarter", "hold", "gpu1", "--for", "5m", "--config", config_file]) == 0
-    assert main(["restarter", "hold", "gpu1", "--for", "3h", "--config", config_file]) == 2
+    assert main(["restarter", "hold", "gpu1", "--for", "3h", "--config", config_file]) == EXIT_USAGE
     assert "max_hold" in capsys.readouterr().err
     journal = Journal.open(tmp_path / "journal.sqlite")
     try:

@@ -9,6 +9,7 @@ import urllib.request
 
 import pytest
 
+from stallwatch.common.cli import EXIT_USAGE
 from stallwatch.simulator.testing import simulator_process
 
 
@@ -57,7 +58,7 @@ def test_help_explains_every_flag() -> None:
 
 
 def test_invalid_flag_value_is_a_clear_error() -> None:
-    """A zero --max-num-seqs is refused with a message naming the flag, exit code 2."""
+    """A zero --max-num-seqs is refused with a message naming the flag, exit code 64 (usage)."""
     result = subprocess.run(
         [sys.executable, "-m", "stallwatch.simulator", "--port", "0", "--max-num-seqs", "0"],
         capture_output=True,
@@ -65,5 +66,5 @@ def test_invalid_flag_value_is_a_clear_error() -> None:
         timeout=30,
         check=False,
     )
-    assert result.returncode == 2
+    assert result.returncode == EXIT_USAGE
     assert "--max-num-seqs must be >= 1" in result.stderr
