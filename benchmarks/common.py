@@ -102,20 +102,31 @@ def exporter_child(
     `source`'s); yields it and its base URL, and stops it."""
     path = workdir / "exporter.yml"
     path.write_text(json.dumps(config))
+    argv = [sys.executable, "-m", "stallwatch", "exporter", "--config", str(path)]
+    with listening_child(argv, "the exporter", python_environment(source), source) as running:
+        yield running
+
+
+@contextlib.contextmanager
+def listening_child(
+    argv: list[str], what: str, env: Mapping[str, str] | None = None, cwd: Path | None = None
+) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """A child process that prints `listening on URL` once it serves; yields it and the URL,
+    and stops it."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "stallwatch", "exporter", "--config", str(path)],
+        argv,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
-        env=python_environment(source),
-        cwd=source,
+        env=env,
+        cwd=cwd,
     )
     try:
         assert process.stdout is not None
         line = process.stdout.readline()
         if not line.startswith("listening on "):
-            raise RuntimeError("the exporter did not start")
+            raise RuntimeError(f"{what} did not start")
         yield process, line.removeprefix("listening on ").strip()
     finally:
         stop_child(process)

@@ -36,7 +36,15 @@ from pathlib import Path
 
 import aiohttp
 
-from benchmarks.common import REPO, Section, fmt_seconds, percentile, real_payload, stop_child
+from benchmarks.common import (
+    REPO,
+    Section,
+    fmt_seconds,
+    listening_child,
+    percentile,
+    real_payload,
+    stop_child,
+)
 from benchmarks.probe_mode import (
     INTERVAL,
     SCRAPE_TIMEOUT,
@@ -143,25 +151,11 @@ def blackbox_process(workdir: Path) -> Iterator[tuple[subprocess.Popen[str], str
         stop_child(process)
 
 
-@contextlib.contextmanager
-def bare_process(workdir: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
+def bare_process(workdir: Path) -> AbstractContextManager[tuple[subprocess.Popen[str], str]]:
     """`benchmarks.bare_exporter` as a child process; yields it and its base URL."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "benchmarks.bare_exporter"],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        cwd=REPO,
-    )
-    try:
-        assert process.stdout is not None
-        line = process.stdout.readline()
-        if not line.startswith("listening on "):
-            raise RuntimeError("the bare exporter did not start")
-        yield process, line.removeprefix("listening on ").strip()
-    finally:
-        stop_child(process)
+    del workdir
+    argv = [sys.executable, "-m", "benchmarks.bare_exporter"]
+    return listening_child(argv, "the bare exporter", cwd=REPO)
 
 
 def stallwatch_start(workdir: Path) -> AbstractContextManager[tuple[subprocess.Popen[str], str]]:

@@ -36,14 +36,7 @@ def real_vllm_environment(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def real_vllm(real_vllm_environment: Path) -> Iterator[RealVllmServer]:
     """One default real vLLM server for the whole session (it takes ~40 s to start)."""
-    server = RealVllmServer(real_vllm_environment, name="default")
-    server.start(warm_up=True)
-    _SESSION_SERVERS.append(server)
-    try:
-        yield server
-    finally:
-        _SESSION_SERVERS.remove(server)
-        server.stop()
+    yield from _for_the_session(RealVllmServer(real_vllm_environment, name="default"), True)
 
 
 @pytest.fixture(scope="session")
@@ -51,7 +44,12 @@ def real_vllm_two_api_servers(real_vllm_environment: Path) -> Iterator[RealVllmS
     """One real vLLM server with `--api-server-count 2` (multiprocess metrics) for the session."""
     arguments = ("--api-server-count", "2")
     server = RealVllmServer(real_vllm_environment, arguments, name="two-api-servers")
-    server.start()
+    yield from _for_the_session(server, False)
+
+
+def _for_the_session(server: RealVllmServer, warm_up: bool) -> Iterator[RealVllmServer]:
+    """Start `server`, keep it watched between tests (`_restore_session_servers`), stop it."""
+    server.start(warm_up=warm_up)
     _SESSION_SERVERS.append(server)
     try:
         yield server
