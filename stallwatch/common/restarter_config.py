@@ -192,8 +192,11 @@ class RestarterConfig:
     def quarantine_summary(self) -> list[str]:
         """What the quarantine will do with these targets, one line each: on or off, and each
         pool, a target alone in its pool saying it never leaves rotation (it has no replica to
-        take its users, so its stalls are not journaled as refused either)."""
+        take its users, so its stalls are not journaled as refused either). Nothing without fixed
+        targets (rules' pods are pooled by workload as they are found)."""
         settings = self.quarantine
+        if not self.targets:
+            return []
         if not settings.enabled:
             return ["quarantine: off"]
         lines = [

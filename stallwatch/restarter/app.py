@@ -378,7 +378,7 @@ async def _serve_locked(
         raise
     scheme = "https" if config.tls_cert_file else "http"
     log.info("restarter listening on %s://%s (journal %s)", scheme, config.listen, config.journal)
-    for line in config.quarantine_summary() if config.targets else []:
+    for line in config.quarantine_summary():
         log.info("%s", line)
     loop = asyncio.get_running_loop()
     if config_path is not None:

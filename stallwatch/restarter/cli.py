@@ -207,7 +207,7 @@ def describe(config: RestarterConfig) -> list[str]:
             f"{', '.join(rule.namespaces)} labelled {selector}, cooldown {rule.cooldown:g} s, "
             f"confirm at the pod's port {rule.metrics_port}{rule.metrics_path}"
         )
-    lines.extend(config.quarantine_summary() if config.targets else [])
+    lines.extend(config.quarantine_summary())
     lease = config.kubernetes.lease if config.kubernetes else None
     if lease is not None:
         lines.append(
