@@ -81,19 +81,20 @@ def descendants(pid: int) -> list[int]:
 
 def tree_cpu_seconds(pid: int) -> float:
     """User + system CPU of a process and its live descendants."""
-    total = 0.0
-    for member in descendants(pid):
-        with contextlib.suppress(FileNotFoundError):
-            total += process_cpu_seconds(member)
-    return total
+    return _tree_sum(pid, process_cpu_seconds)
 
 
 def tree_rss_bytes(pid: int) -> int:
     """Resident memory of a process and its live descendants."""
-    total = 0
+    return int(_tree_sum(pid, rss_bytes))
+
+
+def _tree_sum(pid: int, measure: Callable[[int], float]) -> float:
+    """`measure` summed over `pid` and its live descendants (one gone meanwhile counts 0)."""
+    total = 0.0
     for member in descendants(pid):
         with contextlib.suppress(FileNotFoundError):
-            total += rss_bytes(member)
+            total += measure(member)
     return total
 
 
