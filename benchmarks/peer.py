@@ -51,11 +51,11 @@ from benchmarks.probe_mode import (
     exporter_counter,
     exporter_process,
     free_port,
-    rss_bytes,
     scraping,
     stallwatch_params,
 )
-from benchmarks.scale import TargetServers, process_cpu_seconds
+from benchmarks.process_tree import tree_cpu_seconds, tree_rss_bytes
+from benchmarks.scale import TargetServers
 
 BLACKBOX = "prometheus-blackbox-exporter"
 # The series the regex module looks for in the body (a gauge of the vLLM payload).
@@ -65,37 +65,6 @@ SCRAPE_HEADERS = {"X-Prometheus-Scrape-Timeout-Seconds": f"{SCRAPE_TIMEOUT:g}"}
 LOAD_SAMPLE_SECONDS = 5.0
 
 StartExporter = Callable[[Path], AbstractContextManager[tuple[subprocess.Popen[str], str]]]
-
-
-def descendants(pid: int) -> list[int]:
-    """`pid` and its live children, grandchildren and so on (from /proc)."""
-    found = [pid]
-    for parent in found:
-        with contextlib.suppress(FileNotFoundError):
-            for task in os.listdir(f"/proc/{parent}/task"):
-                path = f"/proc/{parent}/task/{task}/children"
-                with contextlib.suppress(FileNotFoundError), open(path, encoding="ascii") as ids:
-                    found += [int(child) for child in ids.read().split()]
-    return found
-
-
-def tree_cpu_seconds(pid: int) -> float:
-    """User + system CPU of a process and its live descendants."""
-    return _tree_sum(pid, process_cpu_seconds)
-
-
-def tree_rss_bytes(pid: int) -> int:
-    """Resident memory of a process and its live descendants."""
-    return int(_tree_sum(pid, rss_bytes))
-
-
-def _tree_sum(pid: int, measure: Callable[[int], float]) -> float:
-    """`measure` summed over `pid` and its live descendants (one gone meanwhile counts 0)."""
-    total = 0.0
-    for member in descendants(pid):
-        with contextlib.suppress(FileNotFoundError):
-            total += measure(member)
-    return total
 
 
 def blackbox_config() -> dict[str, object]:
