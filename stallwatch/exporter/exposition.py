@@ -20,7 +20,7 @@ _NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*\Z")
 _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*\Z")
 SUFFIXES = {"gauge": "", "counter": "_total"}
 # How the reference writes a value (as Go does); typed here, it is not upstream.
-_go_float: Callable[[float], str] = floatToGoString
+go_float: Callable[[float], str] = floatToGoString
 
 
 class UnsupportedFamily(ValueError):
@@ -28,7 +28,7 @@ class UnsupportedFamily(ValueError):
 
 
 @functools.lru_cache(maxsize=1024)
-def _header(name: str, metric_type: str, documentation: str) -> tuple[str, str]:
+def header(name: str, metric_type: str, documentation: str) -> tuple[str, str]:
     """The family's HELP and TYPE lines, and the name its samples must have."""
     if metric_type not in SUFFIXES or not _NAME.match(name):
         raise UnsupportedFamily(f"{metric_type} {name!r}")
@@ -46,7 +46,7 @@ def _label_names(names: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(sorted(names))
 
 
-def _escaped(value: str) -> str:
+def escaped_label_value(value: str) -> str:
     if "\\" in value or "\n" in value or '"' in value:
         return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
     return value
@@ -56,18 +56,19 @@ def exposition(families: Iterable[Metric]) -> bytes:
     """`generate_latest` of a registry holding exactly `families` (gauges and counters)."""
     lines: list[str] = []
     for family in families:
-        header, exposed = _header(family.name, family.type, family.documentation)
-        lines.append(header)
+        lines_before, exposed = header(family.name, family.type, family.documentation)
+        lines.append(lines_before)
         for sample in family.samples:
             if sample.name != exposed or sample.timestamp is not None:
                 raise UnsupportedFamily(f"sample {sample.name!r} of {family.name!r}")
-            value = _go_float(sample.value)
+            value = go_float(sample.value)
             labels = sample.labels
             if not labels:
                 lines.append(f"{exposed} {value}\n")
                 continue
             written = ",".join(
-                f'{name}="{_escaped(labels[name])}"' for name in _label_names(tuple(labels))
+                f'{name}="{escaped_label_value(labels[name])}"'
+                for name in _label_names(tuple(labels))
             )
             lines.append(f"{exposed}{{{written}}} {value}\n")
     return "".join(lines).encode("utf-8")

@@ -17,6 +17,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import aiohttp
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -55,8 +56,7 @@ from stallwatch.core.probe_schedule import (
     read_due,
     sweep_due,
 )
-from stallwatch.exporter.collector import TargetCollector
-from stallwatch.exporter.exposition import exposition
+from stallwatch.exporter.answer import AnswerWriter
 from stallwatch.exporter.poll import poll_once
 from stallwatch.exporter.probe_debug import DebugPoll, debug_poll, debug_text
 
@@ -95,15 +95,27 @@ class _Entry:
     # The answer rendered since the last read, by the spelling of the target asked for (at
     # most MAX_SPELLINGS_RENDERED of them): an answer from memory costs no rendering.
     rendered: dict[str, bytes] = field(default_factory=dict)
+    # Each spelling's writer keeps its sample names written, from one read to the next.
+    writers: dict[str, AnswerWriter] = field(default_factory=dict)
 
     def body(self, label: str) -> bytes:
         body = self.rendered.get(label)
         if body is None:
-            body = render_answer(replace(self.target, name=label), self.history)
-            while len(self.rendered) >= MAX_SPELLINGS_RENDERED:
-                del self.rendered[next(iter(self.rendered))]  # the oldest spelling first
+            writer = self.writers.get(label)
+            if writer is None:
+                writer = AnswerWriter(replace(self.target, name=label))
+                _keep_at_most(self.writers, MAX_SPELLINGS_RENDERED - 1)
+                self.writers[label] = writer
+            body = writer.write(self.history)
+            _keep_at_most(self.rendered, MAX_SPELLINGS_RENDERED - 1)
             self.rendered[label] = body
         return body
+
+
+def _keep_at_most(by_spelling: dict[str, Any], count: int) -> None:
+    """Drop the oldest spellings until `count` are left."""
+    while len(by_spelling) > count:
+        del by_spelling[next(iter(by_spelling))]
 
 
 @dataclass(frozen=True)
@@ -142,6 +154,9 @@ class ProbeService:
         self.forgotten = 0
         self._config = config
         self._rules: dict[str, tuple[AllowRule, ...]] = {}
+        # (module, target as asked) -> what check() found for an allowed target: Prometheus
+        # asks for each target in the same words every time. Cleared with each new config.
+        self._allowed: dict[tuple[str, str], tuple[ModuleConfig, ProbeTarget]] = {}
         self._next_sweep_at: float | None = None
         self.debug_running = 0
         self._last_debug: dict[str, float] = {}  # by server URL: when its last debug poll began
@@ -154,6 +169,7 @@ class ProbeService:
     def apply(self, config: ExporterConfig) -> None:
         """Take a new config: entries of a removed or changed module are forgotten."""
         self._config = config
+        self._allowed.clear()
         self._rules = {
             name: tuple(parse_allow_rule(entry) for entry in module.allow)
             for name, module in config.modules.items()
@@ -278,6 +294,9 @@ class ProbeService:
         self, module_name: str, target_text: str
     ) -> tuple[ModuleConfig, ProbeTarget] | ProbeAnswer:
         """The module and the target a `/probe` names, or its refusal (counted)."""
+        checked = self._allowed.get((module_name, target_text))
+        if checked is not None:
+            return checked
         module = self._config.modules.get(module_name)
         if module is None:
             known = ", ".join(sorted(self._config.modules)) or "none configured"
@@ -292,6 +311,9 @@ class ProbeService:
                 "not_allowed",
                 f"{target.host}:{target.port} is not in module {module_name}'s allow list",
             )
+        if len(self._allowed) >= 2 * self.max_targets:
+            self._allowed.clear()
+        self._allowed[(module_name, target_text)] = (module, target)
         return module, target
 
     def _remember(
@@ -390,8 +412,7 @@ def within(target: TargetConfig, budget: ReadBudget | None) -> TargetConfig:
 
 def render_answer(target: TargetConfig, history: TargetHistory) -> bytes:
     """The `/probe` body: the target's series, with the names and labels of `/metrics`."""
-    config = ExporterConfig(targets=(target,))
-    return exposition(TargetCollector(lambda: config, lambda: {target.name: history}).collect())
+    return AnswerWriter(target).write(history)
 
 
 class ProbeCollector(Collector):

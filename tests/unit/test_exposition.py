@@ -20,6 +20,7 @@ from stallwatch.common.exporter_config import ExporterConfig, TargetConfig
 from stallwatch.core.classify import State, Verdict, classify, down, hung
 from stallwatch.core.history import PollOutcome, TargetHistory
 from stallwatch.core.reading import parse_reading
+from stallwatch.exporter.answer import MAX_SAMPLE_NAMES, AnswerWriter
 from stallwatch.exporter.collector import TargetCollector
 from stallwatch.exporter.exposition import UnsupportedFamily, exposition
 
@@ -91,6 +92,40 @@ def test_a_targets_answer_is_byte_for_byte_what_generate_latest_writes(
     families = list(collector.collect())
 
     assert exposition(families) == _reference(families)
+
+
+@pytest.mark.parametrize("target", _targets(), ids=lambda t: t.name[:5])
+def test_one_writer_through_every_history_writes_what_generate_latest_writes(
+    target: TargetConfig,
+) -> None:
+    """A target's answer writer, kept from read to read through every history (its sample
+    names reused, new ones added), writes each answer as the reference writes it."""
+    writer = AnswerWriter(target)
+    config = ExporterConfig(targets=(target,))
+    for _, history in [*_histories(), *_histories()]:
+        families = list(
+            TargetCollector(lambda: config, lambda h=history: {target.name: h}).collect()
+        )
+
+        assert writer.write(history) == _reference(families)
+
+
+def test_a_writer_that_met_too_many_sample_names_starts_over_and_still_writes_right(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Past MAX_SAMPLE_NAMES the writer's kept names are dropped, and the answers stay right."""
+    target = _targets()[1]
+    monkeypatch.setattr("stallwatch.exporter.answer.MAX_SAMPLE_NAMES", 8)
+    writer = AnswerWriter(target)
+    config = ExporterConfig(targets=(target,))
+    for _, history in _histories():
+        families = list(
+            TargetCollector(lambda: config, lambda h=history: {target.name: h}).collect()
+        )
+
+        assert writer.write(history) == _reference(families)
+        assert len(writer._names) <= 8
+    assert MAX_SAMPLE_NAMES > 8
 
 
 def test_many_targets_with_different_labels_match_too() -> None:
