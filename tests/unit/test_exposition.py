@@ -77,6 +77,11 @@ def _targets() -> list[TargetConfig]:
     return [plain, labelled]
 
 
+def _families_of(target: TargetConfig, history: TargetHistory) -> list[Metric]:
+    config = ExporterConfig(targets=(target,))
+    return list(TargetCollector(lambda: config, lambda: {target.name: history}).collect())
+
+
 CASES = list(itertools.product(_targets(), list(_histories())))
 
 
@@ -101,11 +106,8 @@ def test_one_writer_through_every_history_writes_what_generate_latest_writes(
     """A target's answer writer, kept from read to read through every history (its sample
     names reused, new ones added), writes each answer as the reference writes it."""
     writer = AnswerWriter(target)
-    config = ExporterConfig(targets=(target,))
     for _, history in [*_histories(), *_histories()]:
-        families = list(
-            TargetCollector(lambda: config, lambda h=history: {target.name: h}).collect()
-        )
+        families = _families_of(target, history)
 
         assert writer.write(history) == _reference(families)
 
@@ -117,11 +119,8 @@ def test_a_writer_that_met_too_many_sample_names_starts_over_and_still_writes_ri
     target = _targets()[1]
     monkeypatch.setattr("stallwatch.exporter.answer.MAX_SAMPLE_NAMES", 8)
     writer = AnswerWriter(target)
-    config = ExporterConfig(targets=(target,))
     for _, history in _histories():
-        families = list(
-            TargetCollector(lambda: config, lambda h=history: {target.name: h}).collect()
-        )
+        families = _families_of(target, history)
 
         assert writer.write(history) == _reference(families)
         assert len(writer._names) <= 8
