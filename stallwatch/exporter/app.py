@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import functools
 import html
+import json
 import logging
+import os
 import signal
+import socket
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 from aiohttp import web
@@ -21,6 +27,8 @@ from prometheus_client import (
     CollectorRegistry,
     generate_latest,
 )
+from prometheus_client.core import Metric
+from prometheus_client.registry import Collector
 
 from stallwatch import USER_AGENT
 from stallwatch.common.config import ConfigError
@@ -30,8 +38,11 @@ from stallwatch.core.probe_schedule import read_budget
 from stallwatch.exporter.collector import ExporterProcessCollector, TargetCollector
 from stallwatch.exporter.exposition import UnsupportedFamily, exposition
 from stallwatch.exporter.multitarget import ProbeCollector
+from stallwatch.exporter.peers import PeerAnswer, PeerServer
 from stallwatch.exporter.service import ExporterService
 from stallwatch.exporter.web_config import WebConfig, protect, server_ssl_context
+from stallwatch.exporter.worker_links import WORKER_LINKS_KEY, WorkerCollector, WorkerLinks
+from stallwatch.exporter.workers import WorkerShare, family_data, merged
 from stallwatch.net.gate import (
     ConnectionGate,
     MalformedRequestLog,
@@ -47,15 +58,19 @@ CONFIG_PATH_KEY = web.AppKey("config_path", Path)
 REQUESTS_SEEN_KEY = web.AppKey("requests_seen", RequestsSeen)
 # What Prometheus sends with every scrape: its scrape_timeout, in seconds.
 SCRAPE_TIMEOUT_HEADER = "X-Prometheus-Scrape-Timeout-Seconds"
+TEXT = "text/plain; charset=utf-8"
+ORPHAN_CHECK_SECONDS = 1.0
 
 
 class ListenError(Exception):
     """The exporter cannot listen where its config says (port in use, address not local)."""
 
 
-def build_registry(service: ExporterService) -> CollectorRegistry:
+def build_registry(service: ExporterService, links: WorkerLinks | None = None) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(TargetCollector(lambda: service.config, lambda: service.histories))
+    registry.register(TargetCollector(service.polled_config, lambda: service.histories))
+    if links is not None:
+        registry.register(WorkerCollector(links))
     registry.register(ExporterProcessCollector(lambda: service.reload_status))
     registry.register(ProbeCollector(lambda: service.probes))
     for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
@@ -85,38 +100,110 @@ async def reload_config(service: ExporterService, path: Path) -> str | None:
     return None
 
 
+def _written(families: list[Metric]) -> bytes:
+    try:
+        return exposition(families)
+    except UnsupportedFamily:  # a family of another kind: the reference writer writes it
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(_Families(families))
+        return generate_latest(registry)
+
+
+class _Families(Collector):
+    def __init__(self, families: list[Metric]) -> None:
+        self.families = families
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self.families
+
+
 async def handle_metrics(request: web.Request) -> web.Response:
     registry = request.app[REGISTRY_KEY]
-    try:
-        body = exposition(registry.collect())
-    except UnsupportedFamily:  # a family of another kind: the reference writer writes it
-        body = generate_latest(registry)
+    links = request.app.get(WORKER_LINKS_KEY)
+    if links is None:
+        body = _written(list(registry.collect()))
+    else:
+        own = family_data(registry.collect())
+        others = await links.families()
+        body = _written([*merged([own, *others]), links.answering(1 + len(others))])
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+async def probe_answer(
+    service: ExporterService, module: str, target: str, scrape_timeout: str | None, debug: bool
+) -> PeerAnswer:
+    """The answer to `/probe?module=&target=` (`debug=true`: one read's steps as plain text),
+    `scrape_timeout` the value of Prometheus' scrape timeout header, if sent."""
+    probes = service.probes
+    try:
+        budget = read_budget(scrape_timeout)
+    except ValueError as error:
+        return _text(400, f"probe refused: {SCRAPE_TIMEOUT_HEADER}: {error}\n")
+    if debug:
+        steps = await probes.debug(module, target, budget)
+        if isinstance(steps, str):
+            return _text(200, steps)
+        return _text(steps.status, f"probe refused: {steps.detail}\n")
+    answer = await probes.probe(module, target, budget)
+    if answer.target is None or answer.history is None:
+        return _text(answer.status, f"probe refused: {answer.detail}\n")
+    return PeerAnswer(200, CONTENT_TYPE_LATEST, answer.body)
+
+
+def _text(status: int, text: str) -> PeerAnswer:
+    return PeerAnswer(status, TEXT, text.encode("utf-8"))
 
 
 async def handle_probe(request: web.Request) -> web.Response:
     """`GET /probe?target=URL&module=NAME[&debug=true]`: the target's series, read now or from
-    memory, within the scrape's timeout; with `debug=true`, one read's steps as plain text."""
-    probes = request.app[SERVICE_KEY].probes
+    memory, within the scrape's timeout; with `debug=true`, one read's steps as plain text.
+    With workers, the worker owning the target answers it (`exporter.workers`)."""
+    service = request.app[SERVICE_KEY]
     module = request.query.get("module", "")
     target = request.query.get("target", "")
-    try:
-        budget = read_budget(request.headers.get(SCRAPE_TIMEOUT_HEADER))
-    except ValueError as error:
-        return web.Response(status=400, text=f"probe refused: {SCRAPE_TIMEOUT_HEADER}: {error}\n")
-    if request.query.get("debug", "false").lower() == "true":
-        debug = await probes.debug(module, target, budget)
-        if isinstance(debug, str):
-            return web.Response(text=debug)
-        return web.Response(status=debug.status, text=f"probe refused: {debug.detail}\n")
-    answer = await probes.probe(module, target, budget)
-    if answer.target is None or answer.history is None:
-        return web.Response(status=answer.status, text=f"probe refused: {answer.detail}\n")
-    return web.Response(body=answer.body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+    debug = request.query.get("debug", "false").lower() == "true"
+    scrape_timeout = request.headers.get(SCRAPE_TIMEOUT_HEADER)
+    links = request.app.get(WORKER_LINKS_KEY)
+    owner = links.owner(service.probes.owner_key(module, target)) if links else None
+    if links is None or owner is None:
+        answer = await probe_answer(service, module, target, scrape_timeout, debug)
+    else:
+        answer = await links.probe(owner, module, target, scrape_timeout, debug)
+    return web.Response(
+        status=answer.status, body=answer.body, headers={"Content-Type": answer.content_type}
+    )
+
+
+async def answer_worker(app: web.Application, request: dict[str, Any]) -> PeerAnswer:
+    """What another worker asks of this one: a `/probe` of a target it owns, its families for
+    `/metrics`, a reload."""
+    service = app[SERVICE_KEY]
+    match request.get("op"):
+        case "probe":
+            timeout = request.get("scrape_timeout")
+            return await probe_answer(
+                service,
+                str(request.get("module", "")),
+                str(request.get("target", "")),
+                None if timeout is None else str(timeout),
+                bool(request.get("debug")),
+            )
+        case "metrics":
+            families = family_data(app[REGISTRY_KEY].collect())
+            body = json.dumps([dataclasses.asdict(family) for family in families])
+            return PeerAnswer(200, "application/json", body.encode("utf-8"))
+        case "reload":
+            error = await reload_config(service, app[CONFIG_PATH_KEY])
+            return _text(200, "reloaded\n") if error is None else _text(400, error)
+        case other:
+            return _text(400, f"unknown request {other!r}\n")
 
 
 async def handle_reload(request: web.Request) -> web.Response:
     error = await reload_config(request.app[SERVICE_KEY], request.app[CONFIG_PATH_KEY])
+    links = request.app.get(WORKER_LINKS_KEY)
+    if error is None and links is not None:
+        error = await links.reload()
     if error is not None:
         return web.Response(status=400, text=f"reload refused: {error}\n")
     return web.Response(text="reloaded\n")
@@ -156,12 +243,17 @@ async def handle_index(request: web.Request) -> web.Response:
     return web.Response(text=page, content_type="text/html")
 
 
-def build_app(service: ExporterService, config_path: Path) -> web.Application:
+def build_app(
+    service: ExporterService, config_path: Path, workers: WorkerShare | None = None
+) -> web.Application:
     seen = RequestsSeen()
     app = web.Application(client_max_size=64 * 1024, middlewares=[seen.middleware])
     app[REQUESTS_SEEN_KEY] = seen
     app[SERVICE_KEY] = service
-    app[REGISTRY_KEY] = build_registry(service)
+    links = WorkerLinks(workers) if workers is not None else None
+    app[REGISTRY_KEY] = build_registry(service, links)
+    if links is not None:
+        app[WORKER_LINKS_KEY] = links
     app[CONFIG_PATH_KEY] = config_path
     app.router.add_get("/", handle_index)
     app.router.add_get("/metrics", handle_metrics)
@@ -181,19 +273,28 @@ async def running_exporter(
     port: int | None = None,
     web_config: WebConfig | None = None,
     max_connections: int | None = None,
+    sock: socket.socket | None = None,
+    workers: WorkerShare | None = None,
 ) -> AsyncIterator[tuple[ExporterService, str]]:
     """Run the exporter in this event loop; yields the service and its base URL.
 
     `web_config` (from --web.config.file) adds TLS and basic auth to every endpoint.
     Incoming connections beyond `max_connections` (default: half the open-files limit) are
     refused with a 503, and one that sends no request headers in time is closed, so that
-    connections piling up on the port leave the polls their file descriptors."""
+    connections piling up on the port leave the polls their file descriptors.
+    With `workers` (this process one of several), it serves on `sock`, the listening socket
+    the supervisor made, and answers the other workers on its own local socket."""
     connector = aiohttp.TCPConnector(limit=0, limit_per_host=4)
     async with aiohttp.ClientSession(
         connector=connector, headers={"User-Agent": USER_AGENT}
     ) as session:
-        service = ExporterService(config, session)
-        app = build_app(service, config_path)
+        service = ExporterService(
+            config,
+            session,
+            owns=workers.owns if workers is not None else None,
+            workers=workers.count if workers is not None else 1,
+        )
+        app = build_app(service, config_path, workers)
         protect(app, web_config)
         runner = web.AppRunner(app, access_log=None, logger=MalformedRequestLog(log))
         await runner.setup()
@@ -204,10 +305,15 @@ async def running_exporter(
         )
         listen_host = host if host is not None else config.listen_host
         listen_port = port if port is not None else config.listen_port
+        loop = asyncio.get_running_loop()
+        ssl = server_ssl_context(web_config)
         try:
-            listener = await asyncio.get_running_loop().create_server(
-                gate.protocol, listen_host, listen_port, ssl=server_ssl_context(web_config)
-            )
+            if sock is not None:
+                listener = await loop.create_server(gate.protocol, sock=sock, ssl=ssl)
+            else:
+                listener = await loop.create_server(
+                    gate.protocol, listen_host, listen_port, ssl=ssl
+                )
         except OSError as error:
             await runner.cleanup()
             where = (
@@ -218,24 +324,41 @@ async def running_exporter(
             raise ListenError(f"cannot listen on {where}: {error.strerror or error}") from None
         bound_host, bound_port = listener.sockets[0].getsockname()[:2]
         service.start()
+        peers = None
+        if workers is not None:
+            peers = PeerServer(functools.partial(answer_worker, app))
+            await peers.start(workers.socket_path(workers.index))
         try:
             scheme = "https" if web_config is not None and web_config.tls else "http"
             yield service, f"{scheme}://{bound_host}:{bound_port}"
         finally:
+            if peers is not None:
+                await peers.close()
+            if workers is not None:
+                await app[WORKER_LINKS_KEY].close()
             await service.stop()
             listener.close()  # not wait_closed: that would wait for every client to hang up
             await runner.cleanup()
 
 
 async def serve(
-    config: ExporterConfig, config_path: Path, web_config: WebConfig | None = None
+    config: ExporterConfig,
+    config_path: Path,
+    web_config: WebConfig | None = None,
+    *,
+    sock: socket.socket | None = None,
+    workers: WorkerShare | None = None,
 ) -> None:
-    """Run until SIGTERM or SIGINT; SIGHUP reloads the config file."""
+    """Run until SIGTERM or SIGINT; SIGHUP reloads the config file. A worker (`workers`)
+    serves on `sock` and leaves saying where it listens to its supervisor."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
-    async with running_exporter(config, config_path, web_config=web_config) as (service, url):
-        log.info("listening on %s with %d targets", url, len(config.targets))
-        print(f"listening on {url}", flush=True)
+    async with running_exporter(
+        config, config_path, web_config=web_config, sock=sock, workers=workers
+    ) as (service, url):
+        if workers is None:
+            log.info("listening on %s with %d targets", url, len(config.targets))
+            print(f"listening on {url}", flush=True)
         pending: set[asyncio.Task[str | None]] = set()
 
         def on_hangup() -> None:
@@ -246,8 +369,22 @@ async def serve(
         loop.add_signal_handler(signal.SIGHUP, on_hangup)
         loop.add_signal_handler(signal.SIGTERM, stop.set)
         loop.add_signal_handler(signal.SIGINT, stop.set)
+        orphaned = None
+        if workers is not None:
+            orphaned = loop.create_task(_stop_when_orphaned(stop))
         try:
             await stop.wait()
         finally:
             for signum in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(signum)
+            if orphaned is not None:
+                orphaned.cancel()
+
+
+async def _stop_when_orphaned(stop: asyncio.Event) -> None:
+    """A worker whose supervisor is gone (killed, not stopped) stops too."""
+    parent = os.getppid()
+    while os.getppid() == parent:  # noqa: ASYNC110 - no event says a parent is gone
+        await asyncio.sleep(ORPHAN_CHECK_SECONDS)
+    log.error("the supervisor (pid %d) is gone; stopping", parent)
+    stop.set()

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import dataclasses
 import logging
+import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -14,8 +15,13 @@ from stallwatch.common.cli import add_service_arguments, setup_logging
 from stallwatch.common.config import ConfigError, parse_listen
 from stallwatch.common.config_files import empty_on_reload, load_exporter_config
 from stallwatch.exporter.app import ListenError, serve
+from stallwatch.exporter.supervisor import supervise, worker_command
 from stallwatch.exporter.web_config import describe as describe_web_config
 from stallwatch.exporter.web_config import load_web_config
+from stallwatch.exporter.workers import WorkerShare, cores_here
+
+# More workers than this is a mistake, not a machine.
+MAX_WORKERS = 256
 
 log = logging.getLogger(__name__)
 
@@ -49,8 +55,49 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         "exporter-toolkit format (tls_server_config, basic_auth_users with bcrypt hashes); "
         "read at start",
     )
+    parser.add_argument(
+        "--workers",
+        type=workers_argument,
+        default=1,
+        metavar="N",
+        help="worker processes behind the one listening address, each owning a share of the "
+        "targets (a target's history stays in one; a /probe reaching another is handed to "
+        "it); 'auto': the cores this process may use (affinity and cgroup quota). Default 1",
+    )
+    # How the supervisor starts a worker: not for people.
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--worker-dir", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--worker-fd", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--worker-restarts", type=int, default=0, help=argparse.SUPPRESS)
     add_service_arguments(parser, log_help="log level (default: info)")
     parser.set_defaults(handler=run)
+
+
+def workers_argument(text: str) -> int:
+    """--workers: a number of processes, at least 1, or `auto`."""
+    if text == "auto":
+        return cores_here()
+    try:
+        count = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number or 'auto'") from None
+    if not 1 <= count <= MAX_WORKERS:
+        raise argparse.ArgumentTypeError(f"must be 1 to {MAX_WORKERS}, not {count}")
+    return count
+
+
+def worker_share(args: argparse.Namespace) -> WorkerShare:
+    """The share the supervisor gave this worker (--worker=INDEX/COUNT and its companions)."""
+    index, _, count = str(args.worker).partition("/")
+    return WorkerShare(int(index), int(count), Path(args.worker_dir), args.worker_restarts)
+
+
+def worker_argv(args: argparse.Namespace) -> list[str]:
+    """How the supervisor starts each worker: this command, less --workers and --listen."""
+    argv = [*worker_command(), "exporter", "--config", str(args.config)]
+    if args.web_config_file is not None:
+        argv += ["--web.config.file", str(args.web_config_file)]
+    return [*argv, f"--log.level={args.log_level}", f"--log.format={args.log_format}"]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -86,10 +133,22 @@ def run(args: argparse.Namespace) -> int:
                 f"{module.interval_seconds:g} s at most, allow {', '.join(module.allow)}"
             )
         return 0
-    for warning in config.warnings:
-        log.warning("%s", warning)
+    if args.worker is None:
+        for warning in config.warnings:
+            log.warning("%s", warning)
     try:
-        asyncio.run(serve(config, args.config, web_config))
+        if args.worker is not None:
+            sock = socket.socket(fileno=args.worker_fd)
+            asyncio.run(
+                serve(config, args.config, web_config, sock=sock, workers=worker_share(args))
+            )
+        elif args.workers > 1:
+            scheme = "https" if web_config is not None and web_config.tls else "http"
+            host = config.listen_host
+            url = f"{scheme}://[{host}]:{{port}}" if ":" in host else f"{scheme}://{host}:{{port}}"
+            asyncio.run(supervise(config, args.config, worker_argv(args), args.workers, url))
+        else:
+            asyncio.run(serve(config, args.config, web_config))
     except ListenError as error:
         print(f"stallwatch exporter: {error}", file=sys.stderr)
         return 1

@@ -59,6 +59,7 @@ from stallwatch.core.probe_schedule import (
 from stallwatch.exporter.answer import AnswerWriter
 from stallwatch.exporter.poll import poll_once
 from stallwatch.exporter.probe_debug import DebugPoll, debug_poll, debug_text
+from stallwatch.exporter.workers import probe_key, share
 
 log = logging.getLogger("stallwatch.exporter")
 
@@ -141,10 +142,13 @@ class ProbeService:
         *,
         clock: Callable[[], float] = time.monotonic,
         max_targets: int = MAX_PROBE_TARGETS,
+        workers: int = 1,
     ) -> None:
         self.session = session
         self.clock = clock
-        self.max_targets = max_targets
+        # With several workers, each remembers its share of the targets (`exporter.workers`).
+        self.workers = workers
+        self.max_targets = share(max_targets, workers)
         self.entries: dict[tuple[str, str], _Entry] = {}
         self.per_module: Counter[str] = Counter()  # entries, by module
         self.refused: Counter[tuple[str, str]] = Counter()
@@ -157,6 +161,7 @@ class ProbeService:
         # (module, target as asked) -> what check() found for an allowed target: Prometheus
         # asks for each target in the same words every time. Cleared with each new config.
         self._allowed: dict[tuple[str, str], tuple[ModuleConfig, ProbeTarget]] = {}
+        self._owner_keys: dict[tuple[str, str], str] = {}  # see owner_key()
         self._next_sweep_at: float | None = None
         self.debug_running = 0
         self._last_debug: dict[str, float] = {}  # by server URL: when its last debug poll began
@@ -170,6 +175,7 @@ class ProbeService:
         """Take a new config: entries of a removed or changed module are forgotten."""
         self._config = config
         self._allowed.clear()
+        self._owner_keys.clear()
         self._rules = {
             name: tuple(parse_allow_rule(entry) for entry in module.allow)
             for name, module in config.modules.items()
@@ -326,7 +332,24 @@ class ProbeService:
 
     def module_max_targets(self, name: str) -> int:
         """The most targets module `name` remembers at once (its share of `max_targets`)."""
-        return module_max_targets(self._config.modules, name, self.max_targets)
+        in_all = module_max_targets(self._config.modules, name, self.max_targets * self.workers)
+        return share(in_all, self.workers)
+
+    def owner_key(self, module_name: str, target_text: str) -> str | None:
+        """What the worker owning this `/probe`'s target is chosen by (`workers.probe_key`);
+        None when the module is unknown or the target unreadable (any worker refuses it)."""
+        asked = (module_name, target_text)
+        key = self._owner_keys.get(asked)
+        if key is not None or module_name not in self._config.modules:
+            return key
+        try:
+            key = probe_key(module_name, parse_target(target_text).url)
+        except TargetError:
+            return None
+        if len(self._owner_keys) >= 2 * self.max_targets:
+            self._owner_keys.clear()
+        self._owner_keys[asked] = key
+        return key
 
     async def _read(
         self, entry: _Entry, budget: ReadBudget | None, before: ReadClock | None

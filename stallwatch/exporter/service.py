@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 
 import aiohttp
 
@@ -23,8 +24,17 @@ PollListener = Callable[[str, TargetHistory, PollOutcome], None]
 class ExporterService:
     """Polls every configured target on its own schedule; one slow target delays no other."""
 
-    def __init__(self, config: ExporterConfig, session: aiohttp.ClientSession) -> None:
+    def __init__(
+        self,
+        config: ExporterConfig,
+        session: aiohttp.ClientSession,
+        *,
+        owns: Callable[[str], bool] | None = None,
+        workers: int = 1,
+    ) -> None:
         self.config = config
+        # With several workers: whether this one polls the configured target of that name.
+        self._owns = owns
         self.session = session
         self.histories: dict[str, TargetHistory] = {}
         self.reload_status = ReloadStatus()
@@ -32,7 +42,17 @@ class ExporterService:
         self._lock = asyncio.Lock()
         self._listeners: list[PollListener] = []
         # The `/probe` side: the targets Prometheus names, read on demand; this service owns it.
-        self.probes = ProbeService(config, session)
+        self.probes = ProbeService(config, session, workers=workers)
+
+    def polls(self, target: TargetConfig) -> bool:
+        """Whether this process polls the configured target (each has one worker)."""
+        return self._owns is None or self._owns(target.name)
+
+    def polled_config(self) -> ExporterConfig:
+        """The config with only the targets this process polls (all of them, but with workers)."""
+        if self._owns is None:
+            return self.config
+        return replace(self.config, targets=tuple(filter(self.polls, self.config.targets)))
 
     def subscribe(self, listener: PollListener) -> Callable[[], None]:
         """Call `listener` after every poll of every target; returns the unsubscribe function."""
@@ -41,7 +61,8 @@ class ExporterService:
 
     def start(self) -> None:
         for target in self.config.targets:
-            self._start_target(target)
+            if self.polls(target):
+                self._start_target(target)
 
     def _start_target(self, target: TargetConfig) -> None:
         self.histories.setdefault(target.name, TargetHistory())
@@ -100,7 +121,7 @@ class ExporterService:
             self.config = new_config
             self.probes.apply(new_config)
             for name, target in new_targets.items():
-                if name not in self._tasks:
+                if name not in self._tasks and self.polls(target):
                     self._start_target(target)
 
     async def _stop_target(self, name: str) -> None:
