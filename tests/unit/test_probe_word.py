@@ -6,7 +6,8 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2] / "stallwatch"
-# The modules of the /probe endpoint (its config, its allow-list, its service and its debug view),
+# The modules of the /probe endpoint (its config, its allow-list, its service, its debug view
+# and its hand-over between workers),
 # and the fleet replay's Kubernetes liveness probe, which is a probe.
 PROBE_MODULES = frozenset(
     {
@@ -17,6 +18,8 @@ PROBE_MODULES = frozenset(
         "exporter/multitarget.py",
         "exporter/probe_debug.py",
         "exporter/service.py",
+        "exporter/worker_links.py",
+        "exporter/workers.py",
         "replay/fleet.py",
         "replay/fleet_plan.py",
         "replay/fleet_probes.py",
