@@ -96,13 +96,15 @@ def baseline_tree(ref: str | None) -> Iterator[Path | None]:
 
 @contextlib.contextmanager
 def exporter_child(
-    config: Mapping[str, object], workdir: Path, source: Path | None = None
+    config: Mapping[str, object], workdir: Path, source: Path | None = None, workers: int = 1
 ) -> Iterator[tuple[subprocess.Popen[str], str]]:
     """`stallwatch exporter` with `config` as a child process (this checkout's code, or
-    `source`'s); yields it and its base URL, and stops it."""
+    `source`'s; `workers` worker processes); yields it and its base URL, and stops it."""
     path = workdir / "exporter.yml"
     path.write_text(json.dumps(config))
     argv = [sys.executable, "-m", "stallwatch", "exporter", "--config", str(path)]
+    if workers > 1:
+        argv.append(f"--workers={workers}")
     with listening_child(argv, "the exporter", python_environment(source), source) as running:
         yield running
 

@@ -63,6 +63,8 @@ BODY_REGEX = r"vllm:num_requests_running\{[^}]*\} [0-9.eE+-]+"
 # Prometheus tells an exporter its scrape timeout; blackbox_exporter bounds its probe by it.
 SCRAPE_HEADERS = {"X-Prometheus-Scrape-Timeout-Seconds": f"{SCRAPE_TIMEOUT:g}"}
 LOAD_SAMPLE_SECONDS = 5.0
+# `stallwatch exporter --workers` of the second stallwatch row: one per core of these machines.
+WORKERS = 2
 
 StartExporter = Callable[[Path], AbstractContextManager[tuple[subprocess.Popen[str], str]]]
 
@@ -132,6 +134,12 @@ def stallwatch_start(workdir: Path) -> AbstractContextManager[tuple[subprocess.P
     return exporter_process(workdir)
 
 
+def stallwatch_workers_start(
+    workdir: Path,
+) -> AbstractContextManager[tuple[subprocess.Popen[str], str]]:
+    return exporter_process(workdir, workers=WORKERS)
+
+
 def body_says(pattern: bytes) -> Callable[[bytes], bool]:
     """A check that a `/probe` answer has a line matching `pattern` (the read succeeded)."""
     compiled = re.compile(pattern, re.MULTILINE)
@@ -159,12 +167,20 @@ class Peer:
     reads_counter: str | None
 
 
+STALLWATCH_UP = body_says(rb"^stallwatch_target_up(\{[^}]*\})? 1(\.0)?$")
 PEERS = (
     Peer(
         "stallwatch",
         stallwatch_start,
         stallwatch_params,
-        body_says(rb"^stallwatch_target_up(\{[^}]*\})? 1(\.0)?$"),
+        STALLWATCH_UP,
+        "stallwatch_probe_reads_total",
+    ),
+    Peer(
+        f"stallwatch, {WORKERS} workers",
+        stallwatch_workers_start,
+        stallwatch_params,
+        STALLWATCH_UP,
         "stallwatch_probe_reads_total",
     ),
     Peer(
@@ -296,6 +312,15 @@ def ratio(numerator: float, denominator: float) -> float:
     return numerator / denominator if denominator else float("nan")
 
 
+def ratios_of(ours: PeerRun, other: PeerRun) -> dict[str, float]:
+    """`ours` ÷ `other`: CPU per read, p99 scrape, RSS."""
+    return {
+        "cpu_per_read": ratio(ours.cpu_per_read, other.cpu_per_read),
+        "p99_scrape": ratio(ours.p99_scrape_seconds, other.p99_scrape_seconds),
+        "rss": ratio(ours.rss_bytes, other.rss_bytes),
+    }
+
+
 def skipped(reason: str) -> Section:
     print(f"peer: skipped: {reason}", flush=True)
     return Section(
@@ -325,16 +350,14 @@ def run(quick: bool) -> Section:
     rows = []
     figures: dict[str, object] = {"blackbox_version": version, "sizes": []}
     for runs in sizes:
-        ours = runs[0]
-        ratios = {
-            r.peer: {
-                "cpu_per_read": ratio(ours.cpu_per_read, r.cpu_per_read),
-                "p99_scrape": ratio(ours.p99_scrape_seconds, r.p99_scrape_seconds),
-                "rss": ratio(ours.rss_bytes, r.rss_bytes),
-            }
-            for r in runs[1:]
-        }
+        ours, workers = runs[0], runs[1]
+        ratios = {r.peer: ratios_of(ours, r) for r in runs[1:]}
+        workers_ratios = {r.peer: ratios_of(workers, r) for r in runs[2:]}
         for r in runs:
+            beside = "-"
+            if r.peer in workers_ratios:
+                one, many = ratios[r.peer]["cpu_per_read"], workers_ratios[r.peer]["cpu_per_read"]
+                beside = f"{one:.2f} / {many:.2f}"
             rows.append(
                 [
                     f"{r.targets:,}",
@@ -345,7 +368,7 @@ def run(quick: bool) -> Section:
                     f"{fmt_seconds(r.p50_scrape_seconds)} / {fmt_seconds(r.p99_scrape_seconds)}",
                     fmt_seconds(r.cpu_per_read),
                     f"{r.exporter_cpu / r.seconds:.0%}",
-                    "-" if r is ours else f"{ratios[r.peer]['cpu_per_read']:.2f}",
+                    beside,
                     f"{r.rss_bytes / 2**20:.0f} MiB",
                     f"{r.scraper_cpu / r.seconds:.0%} / {r.servers_cpu / r.seconds:.0%}",
                     f"{r.load_mean:.1f} ({r.load_max:.1f})",
@@ -356,6 +379,7 @@ def run(quick: bool) -> Section:
                 "targets": ours.targets,
                 "runs": [r.__dict__ | {"cpu_per_read": r.cpu_per_read} for r in runs],
                 "ratios": ratios,
+                "workers_ratios": workers_ratios,
             }
         )
     return Section(
@@ -370,7 +394,7 @@ def run(quick: bool) -> Section:
             "p50 / p99 scrape",
             "exporter CPU per read",
             "exporter CPU (of one core)",
-            "stallwatch ÷ this (CPU per read)",
+            f"stallwatch ÷ this, CPU per read (1 / {WORKERS} workers)",
             "exporter RSS",
             "Prometheus stand-in / servers CPU",
             "load (1 min): mean (max)",

@@ -54,9 +54,10 @@ def rss_bytes(pid: int) -> int:
 
 @contextlib.contextmanager
 def exporter_process(
-    workdir: Path, source: Path | None = None
+    workdir: Path, source: Path | None = None, workers: int = 1
 ) -> Iterator[tuple[subprocess.Popen[str], str]]:
-    """`stallwatch exporter` as a child process: this checkout's code, or `source`'s."""
+    """`stallwatch exporter` as a child process: this checkout's code, or `source`'s, with
+    `workers` worker processes."""
     port = free_port()
     # The modules share the 10,000 targets /probe remembers; the measured one takes nearly all.
     modules = {
@@ -75,7 +76,7 @@ def exporter_process(
         },
     }
     config = {"listen": f"127.0.0.1:{port}", "modules": modules}
-    with exporter_child(config, workdir, source) as running:
+    with exporter_child(config, workdir, source, workers) as running:
         yield running
 
 
