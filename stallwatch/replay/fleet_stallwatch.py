@@ -42,6 +42,8 @@ from stallwatch.replay.fleet_state import FleetState, WayTally
 from stallwatch.replay.restarter import VirtualRestarter
 
 ACTION_SECONDS = 2.0
+# The states a restart rule watches: in any other, no rule fires.
+WATCHED_STATES = frozenset(RESTART_ALERT_STATES.values())
 
 
 def target_name(server: int) -> str:
@@ -227,6 +229,10 @@ class FleetStallwatch:
     # Prometheus and Alertmanager (group_by alertname and target).
 
     def _evaluate(self, server: int, now: float) -> None:
+        if self.state[server] not in WATCHED_STATES and not any(
+            (server, alertname) in self.episodes for alertname in RESTART_ALERT_STATES
+        ):
+            return  # no rule can fire and none has fired: nothing to evaluate
         held = self.config.rules_hold_clause and target_name(server) in self.holds(now)
         for alertname in RESTART_ALERT_STATES:
             firing = restart_alert_fires(
