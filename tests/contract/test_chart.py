@@ -151,6 +151,8 @@ def test_a_broken_object_fails_validation() -> None:
         ("restarter.quarantine.mode=readinessgate", "readinessGate"),
         ("image.pullPolicy=Sometimes", "pullPolicy"),
         ("serviceMonitor.interval=15", "interval"),
+        ("workers=0", "workers"),
+        ("workers=many", "workers"),
     ],
 )
 def test_a_typo_in_values_fails_with_its_path(setting: str, said: str) -> None:
@@ -445,6 +447,17 @@ def test_extension_points_reach_the_exporter_pod() -> None:
     assert {"name": "ca", "mountPath": "/etc/ca"} in container["volumeMounts"]
     assert deployment["spec"]["template"]["metadata"]["annotations"]["a"] == "b"
     assert container["image"] == "r.example/stallwatch:9.9.9"
+
+
+@pytest.mark.parametrize(
+    ("workers", "args"), [("1", []), ("2", ["--workers=2"]), ("auto", ["--workers=auto"])]
+)
+def test_workers_reach_the_exporter_as_its_flag(workers: str, args: list[str]) -> None:
+    """`workers` becomes the exporter's `--workers` flag (none at the default 1)."""
+    docs = render("--set", f"workers={workers}")
+    (container,) = pod_spec(one(docs, "Deployment", "stallwatch-exporter"))["containers"]
+    assert container["args"][3:] == args
+    assert container["args"][:3] == ["exporter", "--config", "/etc/stallwatch/exporter.yml"]
 
 
 def test_the_image_tag_defaults_to_the_app_version() -> None:
