@@ -247,3 +247,37 @@ async def test_a_reload_reaches_every_worker_and_a_bad_file_is_refused_by_all(
     assert reloaded == 200
     assert removed == [400] * 20
     assert value(text, "stallwatch_config_last_reload_successful") == 1.0
+
+
+async def test_configured_targets_are_polled_by_one_worker_each_and_published_once(
+    tmp_path: Path,
+) -> None:
+    """Configured targets are shared out: each server is polled by one worker (its reads match
+    its poll count), and `/metrics`, from either worker, has each target's series once."""
+    async with contextlib.AsyncExitStack() as stack:
+        servers = [await stack.enter_async_context(counting_server()) for _ in range(6)]
+        targets = [
+            {"name": f"gpu-{n}", "url": f"http://{address}", "interval": "500ms", "timeout": "500ms"}
+            for n, (address, _) in enumerate(servers)
+        ]
+        config = tmp_path / "exporter.yml"
+        config.write_text(json.dumps({"listen": "127.0.0.1:0", "targets": targets}))
+        with exporter_with_workers(config) as (_, url):
+            await asyncio.sleep(2.0)
+            texts = [await metrics(url) for _ in range(10)]
+            reads = [count[0] for _, count in servers]
+    for text in texts:
+        for n in range(6):
+            info = [
+                line
+                for line in text.splitlines()
+                if line.startswith("stallwatch_target_info{") and f'target="gpu-{n}"' in line
+            ]
+            assert len(info) == 1, (n, info)
+    last = texts[-1]
+    for n, count in enumerate(reads):
+        polls = value(last, "stallwatch_polls_total", target=f"gpu-{n}")
+        assert polls is not None
+        assert polls >= 2
+        # Read by one worker: its reads are its polls (one more may be under way).
+        assert polls <= count <= polls + 2, (n, polls, count)
