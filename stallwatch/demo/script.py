@@ -33,7 +33,7 @@ from stallwatch.demo.pipeline import Pipeline, until
 from stallwatch.demo.summary import RotationTally
 from stallwatch.demo.timeline import Timeline
 from stallwatch.demo.traffic import KeepBusy
-from stallwatch.localstack.haproxy import HAProxy
+from stallwatch.localstack.haproxy import HAProxy, in_rotation
 
 OLD_WATCHDOG_TIMEOUT_SECONDS = 3.0
 OLD_WATCHDOG_USER_AGENT = "old-watchdog/1.0"
@@ -413,7 +413,7 @@ class Story:
                         f"the hang ({row['last_agt']}); users go to the other server",
                         "good",
                     )
-            elif status == "UP":
+            elif in_rotation(status):
                 rotation.back_at = now
                 timeline.emit(
                     "haproxy",

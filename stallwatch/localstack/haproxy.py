@@ -140,3 +140,10 @@ class HAProxy:
 
     def status(self, server: str) -> str:
         return self.servers()[server]["status"]
+
+
+def in_rotation(status: str) -> bool:
+    """Whether HAProxy sends users to a server showing this `show stat` status: `UP`, and `UP
+    2/3` (up, a health check failed since: "going down", still serving), not `DOWN (agent)`,
+    `DOWN 1/2` (down, "going up"), `NOLB`, `DRAIN` or `MAINT`."""
+    return status == "UP" or status.startswith("UP ")

@@ -22,6 +22,7 @@ from tests.support.probe import value
 REPO = Path(__file__).resolve().parents[2]
 PAYLOAD = sorted((REPO / "tests" / "testdata" / "real-metrics").glob("vllm-*.txt"))[0]
 MODULE = {"allow": ["127.0.0.1"], "interval": "1s", "timeout": "1s"}
+FAST = {"interval": "500ms", "timeout": "500ms"}
 # Enough new connections that each worker accepts some: the kernel hands each to either.
 MAX_SCRAPES = 400
 
@@ -257,7 +258,7 @@ async def test_configured_targets_are_polled_by_one_worker_each_and_published_on
     async with contextlib.AsyncExitStack() as stack:
         servers = [await stack.enter_async_context(counting_server()) for _ in range(6)]
         targets = [
-            {"name": f"gpu-{n}", "url": f"http://{address}", "interval": "500ms", "timeout": "500ms"}
+            {"name": f"gpu-{n}", "url": f"http://{address}"} | FAST
             for n, (address, _) in enumerate(servers)
         ]
         config = tmp_path / "exporter.yml"

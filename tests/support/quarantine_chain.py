@@ -17,6 +17,7 @@ from typing import Any
 import aiohttp
 
 from stallwatch.core.classify import State
+from stallwatch.localstack.haproxy import in_rotation
 from stallwatch.localstack.processes import free_port
 from stallwatch.simulator.load import run_load
 from stallwatch.simulator.testing import SimHandle, running_simulator
@@ -193,7 +194,7 @@ async def freeze_through_haproxy(
                     gpu_a.apply_fault("recover")
                     await wait_for(
                         f"{a_name} UP again\n{restarter.log_tail()}",
-                        lambda: proxy.status(a_name) == "UP",
+                        lambda: in_rotation(proxy.status(a_name)),
                         proxy,
                         timeout=4 * timings.interval + 60,
                     )
