@@ -15,9 +15,9 @@ from pathlib import Path
 
 from benchmarks.common import REPO, Section, fmt_seconds
 from benchmarks.end_to_end import SHIPPED as SHIPPED_PIPELINE
-from tests.e2e.test_pipeline_restarter import RestarterStack
 from tests.support.alerting_stack import running_stack
 from tests.support.quarantine_chain import SHIPPED, FreezeRun, Timings, freeze_through_haproxy
+from tests.support.restarter_pipeline import RestarterStack
 
 QUICK = Timings(interval=1.0, gap="1s", check_interval="1s", agent_inter="1s")
 FREEZE_SECONDS, QUICK_FREEZE_SECONDS = 70.0, 10.0

@@ -19,7 +19,9 @@ from typing import Any
 import aiohttp
 
 from benchmarks.common import REPO, Section, fmt_seconds
-from tests.e2e.test_pipeline_restarter import (
+from tests.support.alerting_stack import poll, running_stack
+from tests.support.pipeline import exporter_on_stack, target, unique
+from tests.support.restarter_pipeline import (
     RestarterStack,
     loaded,
     restarter_for,
@@ -27,8 +29,6 @@ from tests.e2e.test_pipeline_restarter import (
     simulator,
     wait_until_busy,
 )
-from tests.support.alerting_stack import poll, running_stack
-from tests.support.pipeline import exporter_on_stack, target, unique
 
 SHIPPED_INTERVAL, SHIPPED_WINDOW = 15.0, "5m"
 QUICK_INTERVAL, QUICK_WINDOW = 1.0, "5s"

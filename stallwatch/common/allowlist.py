@@ -12,7 +12,7 @@ import ipaddress
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from stallwatch.common.config import quoted
+from stallwatch.common.config import netloc, quoted
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
 
@@ -86,8 +86,7 @@ def parse_target(text: str) -> ProbeTarget:
         raise TargetError(f"port 0 in {quoted(text)}")
     host = parts.hostname.lower()
     port = port if port is not None else DEFAULT_PORTS[parts.scheme]
-    netloc = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    base = f"{parts.scheme}://{netloc}{parts.path.rstrip('/')}"
+    base = f"{parts.scheme}://{netloc(host, port)}{parts.path.rstrip('/')}"
     return ProbeTarget(url=base, host=host, port=port)
 
 

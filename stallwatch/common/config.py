@@ -130,6 +130,11 @@ def parse_listen(value: str) -> tuple[str, int]:
     return host or "0.0.0.0", int(port_text)
 
 
+def netloc(host: str, port: int) -> str:
+    """`host:port`, an IPv6 address in brackets: how a URL and a message write an address."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def _redacted(parts: SplitResult) -> str:
     """The URL with its user info replaced by `***@`, safe to show."""
     host = parts.netloc.rpartition("@")[2]

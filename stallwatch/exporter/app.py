@@ -31,7 +31,7 @@ from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
 from stallwatch import USER_AGENT
-from stallwatch.common.config import ConfigError
+from stallwatch.common.config import ConfigError, netloc
 from stallwatch.common.config_files import load_exporter_config
 from stallwatch.common.exporter_config import ExporterConfig
 from stallwatch.core.probe_schedule import read_budget
@@ -64,6 +64,10 @@ ORPHAN_CHECK_SECONDS = 1.0
 
 class ListenError(Exception):
     """The exporter cannot listen where its config says (port in use, address not local)."""
+
+
+def listen_error(host: str, port: int, error: OSError) -> ListenError:
+    return ListenError(f"cannot listen on {netloc(host, port)}: {error.strerror or error}")
 
 
 def build_registry(service: ExporterService, links: WorkerLinks | None = None) -> CollectorRegistry:
@@ -316,12 +320,7 @@ async def running_exporter(
                 )
         except OSError as error:
             await runner.cleanup()
-            where = (
-                f"[{listen_host}]:{listen_port}"
-                if ":" in listen_host
-                else (f"{listen_host}:{listen_port}")
-            )
-            raise ListenError(f"cannot listen on {where}: {error.strerror or error}") from None
+            raise listen_error(listen_host, listen_port, error) from None
         bound_host, bound_port = listener.sockets[0].getsockname()[:2]
         service.start()
         peers = None
@@ -330,7 +329,7 @@ async def running_exporter(
             await peers.start(workers.socket_path(workers.index))
         try:
             scheme = "https" if web_config is not None and web_config.tls else "http"
-            yield service, f"{scheme}://{bound_host}:{bound_port}"
+            yield service, f"{scheme}://{netloc(bound_host, bound_port)}"
         finally:
             if peers is not None:
                 await peers.close()

@@ -144,9 +144,7 @@ def run(args: argparse.Namespace) -> int:
             )
         elif args.workers > 1:
             scheme = "https" if web_config is not None and web_config.tls else "http"
-            host = config.listen_host
-            url = f"{scheme}://[{host}]:{{port}}" if ":" in host else f"{scheme}://{host}:{{port}}"
-            asyncio.run(supervise(config, args.config, worker_argv(args), args.workers, url))
+            asyncio.run(supervise(config, args.config, worker_argv(args), args.workers, scheme))
         else:
             asyncio.run(serve(config, args.config, web_config))
     except ListenError as error:

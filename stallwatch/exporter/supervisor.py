@@ -20,10 +20,10 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from stallwatch.common.config import ConfigError
+from stallwatch.common.config import ConfigError, netloc
 from stallwatch.common.config_files import load_exporter_config
 from stallwatch.common.exporter_config import ExporterConfig
-from stallwatch.exporter.app import ListenError
+from stallwatch.exporter.app import ListenError, listen_error
 from stallwatch.exporter.workers import WorkerShare
 
 log = logging.getLogger("stallwatch.exporter")
@@ -40,8 +40,7 @@ def listening_socket(host: str, port: int) -> socket.socket:
     try:
         sock = socket.create_server((host, port), family=family, backlog=BACKLOG)
     except OSError as error:
-        where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-        raise ListenError(f"cannot listen on {where}: {error.strerror or error}") from None
+        raise listen_error(host, port, error) from None
     sock.set_inheritable(True)
     return sock
 
@@ -141,12 +140,16 @@ def reload_checked(config_path: Path, supervisor: Supervisor) -> None:
 
 
 async def supervise(
-    config: ExporterConfig, config_path: Path, worker_argv: Sequence[str], count: int, url: str
+    config: ExporterConfig,
+    config_path: Path,
+    worker_argv: Sequence[str],
+    count: int,
+    scheme: str = "http",
 ) -> None:
     """Run `count` workers on the config's listening address until SIGTERM or SIGINT.
 
-    `worker_argv` starts one worker (the command line, less the worker's own flags); `url`
-    is how the exporter is reached, with `{port}` for the port bound."""
+    `worker_argv` starts one worker (the command line, less the worker's own flags); `scheme`
+    is how the workers answer (https with TLS)."""
     sock = listening_socket(config.listen_host, config.listen_port)
     socket_dir = Path(tempfile.mkdtemp(prefix="stallwatch-workers-"))
     loop = asyncio.get_running_loop()
@@ -157,14 +160,9 @@ async def supervise(
         for index in range(count):
             await supervisor.start(index)
         await supervisor.wait_ready()
-        port = sock.getsockname()[1]
-        log.info(
-            "listening on %s with %d targets, %d workers",
-            url.format(port=port),
-            len(config.targets),
-            count,
-        )
-        print(f"listening on {url.format(port=port)}", flush=True)
+        url = f"{scheme}://{netloc(config.listen_host, sock.getsockname()[1])}"
+        log.info("listening on %s with %d targets, %d workers", url, len(config.targets), count)
+        print(f"listening on {url}", flush=True)
         watching = [asyncio.create_task(supervisor.watch(i)) for i in range(count)]
         loop.add_signal_handler(signal.SIGHUP, reload_checked, config_path, supervisor)
         loop.add_signal_handler(signal.SIGTERM, stop.set)
