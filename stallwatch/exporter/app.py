@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import functools
 import html
-import json
 import logging
 import os
 import signal
@@ -42,7 +40,7 @@ from stallwatch.exporter.peers import PeerAnswer, PeerServer
 from stallwatch.exporter.service import ExporterService
 from stallwatch.exporter.web_config import WebConfig, protect, server_ssl_context
 from stallwatch.exporter.worker_links import WORKER_LINKS_KEY, WorkerCollector, WorkerLinks
-from stallwatch.exporter.workers import WorkerShare, family_data, merged
+from stallwatch.exporter.workers import WorkerShare, families_json, family_data, merged
 from stallwatch.net.gate import (
     ConnectionGate,
     MalformedRequestLog,
@@ -193,9 +191,8 @@ async def answer_worker(app: web.Application, request: dict[str, Any]) -> PeerAn
                 bool(request.get("debug")),
             )
         case "metrics":
-            families = family_data(app[REGISTRY_KEY].collect())
-            body = json.dumps([dataclasses.asdict(family) for family in families])
-            return PeerAnswer(200, "application/json", body.encode("utf-8"))
+            body = families_json(family_data(app[REGISTRY_KEY].collect()))
+            return PeerAnswer(200, "application/json", body)
         case "reload":
             error = await reload_config(service, app[CONFIG_PATH_KEY])
             return _text(200, "reloaded\n") if error is None else _text(400, error)

@@ -4,7 +4,6 @@ worker's families for `/metrics`, reload them all; and the series a worker publi
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Iterator
 
@@ -13,7 +12,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from stallwatch.exporter.peers import PeerAnswer, PeerLink, PeerUnavailable
-from stallwatch.exporter.workers import FamilyData, WorkerShare, owner
+from stallwatch.exporter.workers import FamilyData, WorkerShare, families_from_json, owner
 
 log = logging.getLogger("stallwatch.exporter")
 
@@ -75,19 +74,11 @@ class WorkerLinks:
         answers = await asyncio.gather(
             *(self._ask(index, {"op": "metrics"}) for index in self._links)
         )
-        gathered = []
-        for answer in answers:
-            if answer is not None and answer.status == 200:
-                gathered.append(
-                    [
-                        FamilyData(name, kind, doc, tuple((n, dict(ls), v) for n, ls, v in samples))
-                        for name, kind, doc, samples in (
-                            (f["name"], f["type"], f["documentation"], f["samples"])
-                            for f in json.loads(answer.body)
-                        )
-                    ]
-                )
-        return gathered
+        return [
+            families_from_json(answer.body)
+            for answer in answers
+            if answer is not None and answer.status == 200
+        ]
 
     async def reload(self) -> str | None:
         """Reload every other worker; the first error, if any."""

@@ -12,6 +12,8 @@ counters summed, gauges summed or taken at their least or most (`GAUGE_MERGE`).
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 import os
 import zlib
@@ -128,6 +130,19 @@ def family_data(families: Iterable[Metric]) -> list[FamilyData]:
             tuple((s.name, dict(s.labels), float(s.value)) for s in family.samples),
         )
         for family in families
+    ]
+
+
+def families_json(families: Iterable[FamilyData]) -> bytes:
+    """Families as JSON, for another worker (`families_from_json` reads it back)."""
+    return json.dumps([dataclasses.astuple(family) for family in families]).encode("utf-8")
+
+
+def families_from_json(body: bytes) -> list[FamilyData]:
+    """What `families_json` wrote."""
+    return [
+        FamilyData(name, kind, doc, tuple((n, labels, v) for n, labels, v in samples))
+        for name, kind, doc, samples in json.loads(body)
     ]
 
 

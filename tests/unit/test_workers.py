@@ -11,6 +11,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from stallwatch.exporter.cli import workers_argument
 from stallwatch.exporter.workers import (
     FamilyData,
+    families_from_json,
+    families_json,
     family_data,
     merged,
     owner,
@@ -124,3 +126,9 @@ def test_merged_families_sum_counters_keep_each_target_and_merge_gauges_by_rule(
     assert values("process_start_time_seconds") == {(): 90.0}
     assert values("stallwatch_build_info") == {(("version", "1.0"),): 1}
     assert values("stallwatch_probe_targets") == {(("module", "vllm"),): 6}
+
+
+def test_families_travel_between_workers_unchanged() -> None:
+    """A worker's families, written as JSON and read back by another, are the same data."""
+    families = _worker(3, 10, 100.0, 2, 'a "quoted"\nname')
+    assert families_from_json(families_json(families)) == families
