@@ -9,18 +9,27 @@ against it). Every tier runs even when an
 earlier one failed; each writes a junit report to build/test-reports/TIER.xml. At the end: each
 tier's wall time, its counts and result, and the slowest tests of the whole run. The exit status
 is 1 when any tier failed.
+
+When the real tier is asked for and one of its environments (.venv-vllm, .venv-sglang,
+.venv-llamacpp where the CPU can run it) is missing, it is built while the earlier tiers run
+(`scripts/real_*.py setup`, one at a time, at the lowest CPU priority, logged to
+build/test-reports/setup-*.log): the minutes of installs overlap tiers that mostly wait. The real
+tier starts when the builds are done; a build that failed is run again there by the tier's own
+fixture, which fails with its log. STALLWATCH_TEST_BUILD_AHEAD=0 leaves the builds to the tier.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import xml.etree.ElementTree as ET
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -75,6 +84,14 @@ NO_TESTS = 5
 # The status of a tier stopped at its bound.
 TIER_STOPPED = 124
 SLOWEST = 20
+# The real tier's environments: the setup script and the check, in that script, of whether it
+# can run on this machine at all (the tier skips it otherwise, so it is not built).
+ENVIRONMENTS = (
+    ("real_vllm.py", None),
+    ("real_sglang.py", "platform_supported"),
+    ("real_llamacpp.py", "cpu_supported"),
+)
+BUILD_TIMEOUT_SECONDS = 3600
 
 
 @dataclass
@@ -121,6 +138,89 @@ def slowest(reports: list[Path], limit: int) -> list[tuple[float, str]]:
                 name = f"{case.get('classname', '')}::{case.get('name', '')}"
                 cases.append((float(case.get("time", "0")), f"{report.stem:9} {name}"))
     return sorted(cases, reverse=True)[:limit]
+
+
+@dataclass
+class BuildsAhead:
+    """The missing real-server environments, built one after another in a background thread."""
+
+    scripts: list[Path]
+    log_dir: Path = REPORTS
+    done: list[str] = field(default_factory=list)
+    _thread: threading.Thread | None = None
+    _process: subprocess.Popen[bytes] | None = None
+    _stopped: bool = False
+
+    def start(self) -> None:
+        if self.scripts:
+            names = ", ".join(script.name for script in self.scripts)
+            print(f"building in the background for the real tier: {names}", flush=True)
+            self._thread = threading.Thread(target=self._build_all, daemon=True)
+            self._thread.start()
+
+    def _build_all(self) -> None:
+        for script in self.scripts:
+            if self._stopped:
+                return
+            log = self.log_dir / f"setup-{script.stem}.log"
+            started = time.monotonic()
+            with log.open("wb") as out:
+                self._process = subprocess.Popen(
+                    ["nice", "-n", "19", sys.executable, str(script), "setup"],
+                    cwd=REPO,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+                try:
+                    status: int | str = self._process.wait(timeout=BUILD_TIMEOUT_SECONDS)
+                except subprocess.TimeoutExpired:
+                    os.killpg(self._process.pid, signal.SIGKILL)
+                    self._process.wait()
+                    status = f"stopped after {BUILD_TIMEOUT_SECONDS} s"
+            took = time.monotonic() - started
+            self.done.append(f"{script.name} setup: exit {status} in {took:.0f} s ({log.name})")
+
+    def wait(self) -> None:
+        """Until every build has ended (the real tier needs them)."""
+        if self._thread is not None:
+            started = time.monotonic()
+            self._thread.join()
+            waited = time.monotonic() - started
+            print(f"\nbuilds done ({waited:.0f} s waited for them):", flush=True)
+            for line in self.done:
+                print(f"  {line}", flush=True)
+
+    def stop(self) -> None:
+        """Stop a build still running (the run was interrupted)."""
+        self._stopped = True
+        process = self._process
+        if process is not None and process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+            process.wait()
+
+
+def missing_environments(scripts_dir: Path = REPO / "scripts") -> list[Path]:
+    """The real tier's setup scripts whose environment is missing and can be built here."""
+    missing = []
+    for name, supported_check in ENVIRONMENTS:
+        script = scripts_dir / name
+        if supported_check is not None:
+            spec = importlib.util.spec_from_file_location(script.stem, script)
+            assert spec is not None
+            assert spec.loader is not None
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            supported, _ = getattr(module, supported_check)()
+            if not supported:
+                continue
+        status = subprocess.run(
+            [sys.executable, str(script), "status"], cwd=REPO, capture_output=True, check=False
+        )
+        if status.returncode != 0:
+            missing.append(script)
+    return missing
 
 
 def run_tier(tier: str, extra: list[str]) -> TierRun:
@@ -195,7 +295,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pytest", action="append", default=[], help="one more pytest argument")
     args = parser.parse_args(argv)
     REPORTS.mkdir(parents=True, exist_ok=True)
-    runs = [run_tier(tier, args.pytest) for tier in args.tiers]
+    ahead = os.environ.get("STALLWATCH_TEST_BUILD_AHEAD", "1") != "0"
+    builds = BuildsAhead(missing_environments() if ahead and "real" in args.tiers else [])
+    builds.start()
+    runs = []
+    try:
+        for tier in args.tiers:
+            if tier == "real":
+                builds.wait()
+            runs.append(run_tier(tier, args.pytest))
+    finally:
+        builds.stop()
     print(summary(runs), flush=True)
     return 0 if all(run.status in (0, NO_TESTS) for run in runs) else 1
 

@@ -2,28 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
 import time
 from pathlib import Path
-from types import ModuleType
 
 from tests.support.bounded import run_bounded as run_command
+from tests.support.tier_runner import tier_runner
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def tier_runner() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "test_tiers_script", REPO / "scripts" / "test_tiers.py"
-    )
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_a_tier_past_its_bound_is_stopped_with_its_children(tmp_path: Path) -> None:

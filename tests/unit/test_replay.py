@@ -32,9 +32,18 @@ SEEDS = (1, 2, 3)
 HOURS = 12.0
 
 
+class _DaysBySeed(dict[int, ReplayResult]):
+    """Each seed's day, replayed when a test first asks for it: the tests of one seed may run
+    in another worker than the others', which then replays only the days it needs."""
+
+    def __missing__(self, seed: int) -> ReplayResult:
+        self[seed] = run_replay(ReplayConfig(seed=seed, hours=HOURS))
+        return self[seed]
+
+
 @pytest.fixture(scope="module")
 def results() -> dict[int, ReplayResult]:
-    return {seed: run_replay(ReplayConfig(seed=seed, hours=HOURS)) for seed in SEEDS}
+    return _DaysBySeed()
 
 
 @pytest.mark.parametrize("seed", SEEDS)
