@@ -24,12 +24,11 @@ from stallwatch.common.config import ConfigError, netloc
 from stallwatch.common.config_files import load_exporter_config
 from stallwatch.common.exporter_config import ExporterConfig
 from stallwatch.exporter.app import ListenError, listen_error
-from stallwatch.exporter.workers import WorkerShare
+from stallwatch.exporter.workers import WorkerShare, restart_delay
 
 log = logging.getLogger("stallwatch.exporter")
 
 WORKER_START_SECONDS = 30.0
-RESTART_DELAY_SECONDS = 1.0
 STOP_SECONDS = 10.0
 BACKLOG = 1024
 
@@ -56,6 +55,7 @@ class Supervisor:
         self.sock = sock
         self.socket_dir = socket_dir
         self.restarts = [0] * count
+        self.started_at = [0.0] * count
         self.processes: dict[int, asyncio.subprocess.Process] = {}
         self.stopping = False
 
@@ -71,6 +71,7 @@ class Supervisor:
             f"--worker-fd={self.sock.fileno()}",
             f"--worker-restarts={share.restarts}",
         ]
+        self.started_at[index] = asyncio.get_running_loop().time()
         self.processes[index] = await asyncio.create_subprocess_exec(
             *argv, stdin=asyncio.subprocess.DEVNULL, pass_fds=(self.sock.fileno(),)
         )
@@ -93,21 +94,26 @@ class Supervisor:
 
     async def watch(self, index: int) -> None:
         """Start worker `index` again whenever it dies, until the supervisor stops."""
+        delay = 0.0
         while not self.stopping:
             process = self.processes[index]
             code = await process.wait()
             if self.stopping:
                 return
+            ran = asyncio.get_running_loop().time() - self.started_at[index]
+            delay = restart_delay(ran, delay)
             self.restarts[index] += 1
             log.error(
-                "worker %d (pid %d) exited with %d; starting it again (restart %d), its "
-                "targets start anew",
+                "worker %d (pid %d) exited with %d after %.0f s; starting it again in %g s "
+                "(restart %d), its targets start anew",
                 index,
                 process.pid,
                 code,
+                ran,
+                delay,
                 self.restarts[index],
             )
-            await asyncio.sleep(RESTART_DELAY_SECONDS)
+            await asyncio.sleep(delay)
             if not self.stopping:
                 await self.start(index)
 

@@ -74,6 +74,22 @@ def share(total: int, workers: int) -> int:
     return max(1, math.ceil(total / workers))
 
 
+RESTART_DELAY_SECONDS = 1.0
+RESTART_DELAY_MAX_SECONDS = 30.0
+# A worker that ran this long before it died was not crash-looping: its next start waits the
+# first delay again.
+STABLE_RUN_SECONDS = 60.0
+
+
+def restart_delay(ran_seconds: float, previous_delay: float) -> float:
+    """How long to wait before starting a dead worker again: a second after a worker that ran
+    for a while; twice the previous wait (at most RESTART_DELAY_MAX_SECONDS) after one that
+    died soon after it started, so a worker that cannot start costs little."""
+    if ran_seconds >= STABLE_RUN_SECONDS or previous_delay <= 0:
+        return RESTART_DELAY_SECONDS
+    return min(RESTART_DELAY_MAX_SECONDS, 2 * previous_delay)
+
+
 def usable_cores(
     affinity: int | None = None, cpu_max: str | None = None, os_count: int | None = None
 ) -> int:

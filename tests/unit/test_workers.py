@@ -17,6 +17,7 @@ from stallwatch.exporter.workers import (
     merged,
     owner,
     probe_key,
+    restart_delay,
     share,
     usable_cores,
 )
@@ -132,3 +133,17 @@ def test_families_travel_between_workers_unchanged() -> None:
     """A worker's families, written as JSON and read back by another, are the same data."""
     families = _worker(3, 10, 100.0, 2, 'a "quoted"\nname')
     assert families_from_json(families_json(families)) == families
+
+
+def test_a_worker_that_keeps_dying_at_start_waits_longer_each_time() -> None:
+    """1 s after any death of a worker that had run a minute; 1, 2, 4, … 30 s while it keeps
+    dying within a minute of its start; back to 1 s once it runs a minute."""
+    delays = []
+    delay = 0.0
+    for _ in range(8):
+        delay = restart_delay(0.5, delay)
+        delays.append(delay)
+    assert delays == [1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0, 30.0]
+    assert restart_delay(60.0, 30.0) == 1.0
+    assert restart_delay(3600.0, 0.0) == 1.0
+    assert restart_delay(59.9, 1.0) == 2.0
