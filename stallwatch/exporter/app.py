@@ -349,32 +349,45 @@ async def serve(
     serves on `sock` and leaves saying where it listens to its supervisor."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
-    async with running_exporter(
-        config, config_path, web_config=web_config, sock=sock, workers=workers
-    ) as (service, url):
-        if workers is None:
-            log.info("listening on %s with %d targets", url, len(config.targets))
-            print(f"listening on {url}", flush=True)
-        pending: set[asyncio.Task[str | None]] = set()
+    pending: set[asyncio.Task[str | None]] = set()
+    # The handlers come first: whoever learns that this process is ready (the line below, or a
+    # worker's socket for its supervisor) may signal it at once, and a SIGHUP that came before
+    # the handler would end the process or be lost. One that comes while it starts is kept and
+    # carried out once it serves.
+    running: list[ExporterService] = []
+    hangup_while_starting = False
 
-        def on_hangup() -> None:
-            task = loop.create_task(reload_config(service, config_path))
-            pending.add(task)
-            task.add_done_callback(pending.discard)
+    def on_hangup() -> None:
+        nonlocal hangup_while_starting
+        if not running:
+            hangup_while_starting = True
+            return
+        task = loop.create_task(reload_config(running[0], config_path))
+        pending.add(task)
+        task.add_done_callback(pending.discard)
 
-        loop.add_signal_handler(signal.SIGHUP, on_hangup)
-        loop.add_signal_handler(signal.SIGTERM, stop.set)
-        loop.add_signal_handler(signal.SIGINT, stop.set)
-        orphaned = None
-        if workers is not None:
-            orphaned = loop.create_task(_stop_when_orphaned(stop))
-        try:
+    loop.add_signal_handler(signal.SIGHUP, on_hangup)
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    loop.add_signal_handler(signal.SIGINT, stop.set)
+    orphaned = None
+    try:
+        async with running_exporter(
+            config, config_path, web_config=web_config, sock=sock, workers=workers
+        ) as (service, url):
+            running.append(service)
+            if hangup_while_starting:
+                on_hangup()
+            if workers is None:
+                log.info("listening on %s with %d targets", url, len(config.targets))
+                print(f"listening on {url}", flush=True)
+            else:
+                orphaned = loop.create_task(_stop_when_orphaned(stop))
             await stop.wait()
-        finally:
-            for signum in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT):
-                loop.remove_signal_handler(signum)
-            if orphaned is not None:
-                orphaned.cancel()
+    finally:
+        for signum in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(signum)
+        if orphaned is not None:
+            orphaned.cancel()
 
 
 async def _stop_when_orphaned(stop: asyncio.Event) -> None:

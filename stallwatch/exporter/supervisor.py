@@ -162,17 +162,33 @@ async def supervise(
     stop = asyncio.Event()
     supervisor = Supervisor(worker_argv, count, sock, socket_dir)
     watching: list[asyncio.Task[None]] = []
+    # The handlers come before "listening on": a SIGHUP right after it must reload, not end
+    # the supervisor or be lost. One that comes while the workers start is relayed once they
+    # all serve (a worker that has not read the file yet reads the new one anyway).
+    ready = False
+    hangup_while_starting = False
+
+    def on_hangup() -> None:
+        nonlocal hangup_while_starting
+        if ready:
+            reload_checked(config_path, supervisor)
+        else:
+            hangup_while_starting = True
+
+    loop.add_signal_handler(signal.SIGHUP, on_hangup)
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    loop.add_signal_handler(signal.SIGINT, stop.set)
     try:
         for index in range(count):
             await supervisor.start(index)
         await supervisor.wait_ready()
+        ready = True
+        if hangup_while_starting:
+            on_hangup()
         url = f"{scheme}://{netloc(config.listen_host, sock.getsockname()[1])}"
         log.info("listening on %s with %d targets, %d workers", url, len(config.targets), count)
         print(f"listening on {url}", flush=True)
         watching = [asyncio.create_task(supervisor.watch(i)) for i in range(count)]
-        loop.add_signal_handler(signal.SIGHUP, reload_checked, config_path, supervisor)
-        loop.add_signal_handler(signal.SIGTERM, stop.set)
-        loop.add_signal_handler(signal.SIGINT, stop.set)
         await stop.wait()
     finally:
         for signum in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT):
