@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import functools
 import html
+import json
 import logging
 import os
 import signal
@@ -178,7 +179,7 @@ async def handle_probe(request: web.Request) -> web.Response:
 
 async def answer_worker(app: web.Application, request: dict[str, Any]) -> PeerAnswer:
     """What another worker asks of this one: a `/probe` of a target it owns, its families for
-    `/metrics`, a reload."""
+    `/metrics`, its configured targets' verdicts for `/`, a reload."""
     service = app[SERVICE_KEY]
     match request.get("op"):
         case "probe":
@@ -192,6 +193,9 @@ async def answer_worker(app: web.Application, request: dict[str, Any]) -> PeerAn
             )
         case "metrics":
             body = families_json(family_data(app[REGISTRY_KEY].collect()))
+            return PeerAnswer(200, "application/json", body)
+        case "verdicts":
+            body = json.dumps(own_verdicts(service)).encode()
             return PeerAnswer(200, "application/json", body)
         case "reload":
             error = await reload_config(service, app[CONFIG_PATH_KEY])
@@ -220,20 +224,27 @@ async def handle_ready(_: web.Request) -> web.Response:
     return web.Response(text="ok\n")
 
 
-async def handle_index(request: web.Request) -> web.Response:
-    service = request.app[SERVICE_KEY]
-    rows = []
+def own_verdicts(service: ExporterService) -> dict[str, tuple[str, str]]:
+    """(state, reason) of each configured target this process has judged, by name."""
+    verdicts = {}
     for target in service.config.targets:
         history = service.histories.get(target.name)
-        verdict = history.verdict if history else None
-        rows.append(
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>".format(
-                html.escape(target.name),
-                html.escape(target.url),
-                html.escape(verdict.state if verdict else "not polled yet"),
-                html.escape(verdict.reason if verdict else ""),
-            )
-        )
+        if history is not None and history.verdict is not None:
+            verdicts[target.name] = (str(history.verdict.state), history.verdict.reason)
+    return verdicts
+
+
+async def handle_index(request: web.Request) -> web.Response:
+    service = request.app[SERVICE_KEY]
+    verdicts = own_verdicts(service)
+    links = request.app.get(WORKER_LINKS_KEY)
+    if links is not None:
+        verdicts.update(await links.verdicts())  # each target has one owner
+    rows = []
+    for target in service.config.targets:
+        state, reason = verdicts.get(target.name, ("not polled yet", ""))
+        cells = (target.name, target.url, state, reason)
+        rows.append("<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in cells) + "</tr>")
     page = (
         "<html><head><title>stallwatch exporter</title></head><body>"
         "<h1>stallwatch exporter</h1><p><a href='/metrics'>metrics</a></p>"

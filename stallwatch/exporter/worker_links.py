@@ -4,6 +4,7 @@ worker's families for `/metrics`, reload them all; and the series a worker publi
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Iterator
 
@@ -79,6 +80,19 @@ class WorkerLinks:
             for answer in answers
             if answer is not None and answer.status == 200
         ]
+
+    async def verdicts(self) -> dict[str, tuple[str, str]]:
+        """The state and reason of every configured target the other workers poll, by name (a
+        worker that cannot answer is left out: its targets show as not polled yet)."""
+        answers = await asyncio.gather(
+            *(self._ask(index, {"op": "verdicts"}) for index in self._links)
+        )
+        found: dict[str, tuple[str, str]] = {}
+        for answer in answers:
+            if answer is not None and answer.status == 200:
+                for name, (state, reason) in json.loads(answer.body).items():
+                    found[str(name)] = (str(state), str(reason))
+        return found
 
     async def reload(self) -> str | None:
         """Reload every other worker; the first error, if any."""

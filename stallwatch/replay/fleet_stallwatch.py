@@ -229,8 +229,9 @@ class FleetStallwatch:
     # Prometheus and Alertmanager (group_by alertname and target).
 
     def _evaluate(self, server: int, now: float) -> None:
-        if self.state[server] not in WATCHED_STATES and not any(
-            (server, alertname) in self.episodes for alertname in RESTART_ALERT_STATES
+        if self.state[server] not in WATCHED_STATES and not (
+            self.episodes
+            and any((server, alertname) in self.episodes for alertname in RESTART_ALERT_STATES)
         ):
             return  # no rule can fire and none has fired: nothing to evaluate
         held = self.config.rules_hold_clause and target_name(server) in self.holds(now)

@@ -333,3 +333,22 @@ async def test_the_demo_config_catches_a_hang_with_running_frozen_at_0() -> None
     first_failure = next(i for i, outcome in enumerate(outcomes) if outcome.test_requests_failed)
     assert any(outcome.test_request_deferred for outcome in outcomes[:first_failure])
     assert outcomes[first_failure + 1].test_requests_failed == 1  # retried on the very next poll
+
+
+async def test_the_index_page_lists_each_target_with_its_state_and_reason() -> None:
+    """`/` shows every configured target: a judged one with its state and reason, one not yet
+    read as such, names and URLs escaped."""
+    silent = await asyncio.start_server(lambda _r, _w: None, "127.0.0.1", 0)
+    silent_url = f"http://127.0.0.1:{silent.sockets[0].getsockname()[1]}"
+    async with silent, running_simulator() as sim:
+        judged = target("gpu-<a>", sim.url)
+        # Its first read waits for an answer that never comes: not judged while the page is read.
+        unread = target("gpu-b", silent_url, interval_seconds=60.0, timeout_seconds=60.0)
+        async with exporter_for(judged, unread) as (service, url):
+            verdict = (await wait_for_state(service, "gpu-<a>", State.IDLE)).verdict
+            assert verdict is not None
+            async with aiohttp.ClientSession() as session, session.get(url + "/") as response:
+                page = await response.text()
+    assert "<td>gpu-&lt;a&gt;</td>" in page
+    assert f"<td>idle</td><td>{verdict.reason}</td>" in page.replace("&#x27;", "'")
+    assert f"<td>gpu-b</td><td>{silent_url}</td><td>not polled yet</td>" in page

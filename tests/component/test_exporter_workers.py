@@ -254,7 +254,8 @@ async def test_configured_targets_are_polled_by_one_worker_each_and_published_on
     tmp_path: Path,
 ) -> None:
     """Configured targets are shared out: each server is polled by one worker (its reads match
-    its poll count), and `/metrics`, from either worker, has each target's series once."""
+    its poll count); `/metrics`, from either worker, has each target's series once, and `/`
+    every target's state."""
     async with contextlib.AsyncExitStack() as stack:
         servers = [await stack.enter_async_context(counting_server()) for _ in range(6)]
         targets = [
@@ -267,6 +268,10 @@ async def test_configured_targets_are_polled_by_one_worker_each_and_published_on
             await asyncio.sleep(2.0)
             texts = [await metrics(url) for _ in range(10)]
             reads = [count[0] for _, count in servers]
+            pages = [(await scrape(url, "/"))[1] for _ in range(10)]
+    for page in pages:
+        assert all(f"<td>gpu-{n}</td>" in page for n in range(6)), page
+        assert "not polled yet" not in page, page
     for text in texts:
         for n in range(6):
             info = [
