@@ -49,6 +49,7 @@ from tests.support.exporter import exporter_for, history, scrape, wait_for_state
 LONG_PROMPT_WORDS = 30_000
 # A prefill that ended before its polls did was not observed: tried again, up to this often.
 PREFILL_ATTEMPTS = 3
+LOADED_INTERVAL = 2.0
 NAME = "real"
 TARGET_LABELS = (("target", NAME),)
 
@@ -391,7 +392,10 @@ async def test_simulator_and_real_server_get_the_same_verdicts(
         load = sustained_generations(session, under_test.url, asyncio.Event())
         try:
             await wait_for_running(session, under_test.url, CONCURRENT_GENERATIONS)
-            async with exporter_for(real_target(NAME, under_test.url)) as (service, _):
+            # Reads given two seconds under the batch load: on two shared cores a saturated
+            # CPU vLLM once took over a second to answer /metrics (read hung, CI).
+            loaded = real_target(NAME, under_test.url, LOADED_INTERVAL)
+            async with exporter_for(loaded) as (service, _):
                 busy = await record_polls(service, NAME, until=lambda h: h.polls >= 4, timeout=60)
                 under_test.hang()
                 try:
