@@ -47,8 +47,15 @@ CONNECT_SHARE_OF_TIMEOUT = 0.5
 MAX_LOCATION_SHOWN = 200
 
 
+# Every request asks for the answer as it is: an HTTP client offers gzip by default, and a
+# server built on prometheus_client's ASGI app (SGLang) then compresses its whole `/metrics` at
+# every read, on its own event loop (about 1 ms for SGLang's 73 KB, level 9), only for the
+# reader to decompress it. A read must cost the server it watches as little as it can.
+IDENTITY = "identity"
+
+
 def default_headers() -> dict[str, str]:
-    return {"User-Agent": USER_AGENT}
+    return {"User-Agent": USER_AGENT, "Accept-Encoding": IDENTITY}
 
 
 def redirect_detail(response: aiohttp.ClientResponse) -> str | None:

@@ -18,7 +18,7 @@ from stallwatch.core.classify import State, still_loading
 from stallwatch.core.history import PollOutcome, TargetHistory
 from stallwatch.exporter.check_cli import EXIT_STUCK, run_check
 from stallwatch.exporter.poll import poll_once
-from stallwatch.net.fetch import DEFAULT_MAX_BYTES
+from stallwatch.net.fetch import DEFAULT_MAX_BYTES, default_headers
 from tests.real_sglang.scenario_support import (
     NAME,
     SLOTS,
@@ -103,6 +103,20 @@ async def test_idle_server_reads_idle_with_at_most_one_test_request_per_poll(
         )
         assert sent == polls[-1].test_requests
         await assert_no_unsafe_calls(session, real_sglang.base_url)
+
+
+async def test_the_server_compresses_its_metrics_for_others_not_for_stallwatch(
+    real_sglang: RealSglangServer,
+) -> None:
+    """The real server gzips /metrics for a client offering gzip (an HTTP client's default),
+    and sends it as is to stallwatch's reads, which ask for it so."""
+    url = real_sglang.base_url + "/metrics"
+    async with aiohttp.ClientSession(auto_decompress=False) as session:
+        async with session.get(url, headers={"Accept-Encoding": "gzip, deflate"}) as offered:
+            assert offered.headers.get("Content-Encoding") == "gzip"
+        async with session.get(url, headers=default_headers()) as ours:
+            assert "Content-Encoding" not in ours.headers
+            assert b"sglang:num_running_reqs" in await ours.read()
 
 
 async def test_four_generations_read_busy_and_get_no_test_request(
