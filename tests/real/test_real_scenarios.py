@@ -18,6 +18,7 @@ from stallwatch.simulator.config import SimConfig
 from stallwatch.simulator.testing import running_simulator
 from tests.real.scenario_support import (
     CONCURRENT_GENERATIONS,
+    QUEUED_GENERATIONS,
     REAL_INTERVAL,
     PollRecord,
     ServerCounters,
@@ -336,15 +337,22 @@ async def _states_over_polls(
         return records, history(service, NAME).test_requests
 
 
-def _judged_busy(states: list[State | None]) -> object:
+def _judged_busy(polls: list[PollRecord]) -> object:
     """What a run of polls of a working server must show, whatever the timing: the first poll
     recorded is the exporter's first read (unknown: nothing to compare with yet) or, when the
     recorder starts a poll late on a loaded machine, already busy; every later poll is busy.
-    Anything else is returned as it is, so the assertion shows it."""
-    first, *later = states
+    Anything else is returned with each poll's reason and work gauges, so the assertion shows it."""
+    first, *later = [poll.state for poll in polls]
     if first in (State.UNKNOWN, State.BUSY) and later and all(s == State.BUSY for s in later):
         return "busy after the first read"
-    return states
+    return [
+        (
+            poll.state,
+            poll.reason,
+            None if poll.reading is None else (poll.reading.running, poll.reading.waiting),
+        )
+        for poll in polls
+    ]
 
 
 async def _prefill_verdicts(session: aiohttp.ClientSession, url: str) -> dict[str, object]:
@@ -368,7 +376,7 @@ async def _prefill_verdicts(session: aiohttp.ClientSession, url: str) -> dict[st
         )
         verdicts = {
             "prefill still running": still_prefilling,
-            "prefill": _judged_busy([poll.state for poll in prefilling]),
+            "prefill": _judged_busy(prefilling),
             "prefill steps flat": (
                 len({engine_values(poll.reading, "steps") for poll in prefilling}) == 1
             ),
@@ -389,12 +397,17 @@ async def test_simulator_and_real_server_get_the_same_verdicts(
         verdicts["idle"] = sorted({str(poll.state) for poll in idle})
         verdicts["idle probes within one per poll"] = 1 <= idle_probes <= len(idle)
 
-        load = sustained_generations(session, under_test.url, asyncio.Event())
+        load = sustained_generations(
+            session,
+            under_test.url,
+            asyncio.Event(),
+            count=CONCURRENT_GENERATIONS + QUEUED_GENERATIONS,
+        )
         try:
             await wait_for_running(session, under_test.url, CONCURRENT_GENERATIONS)
             # Reads given two seconds under the batch load: on two shared cores a saturated
             # CPU vLLM once took over a second to answer /metrics (read hung, CI).
-            loaded = real_target(NAME, under_test.url, LOADED_INTERVAL)
+            loaded = real_target(NAME, under_test.url, LOADED_INTERVAL, timeout=LOADED_INTERVAL)
             async with exporter_for(loaded) as (service, _):
                 busy = await record_polls(service, NAME, until=lambda h: h.polls >= 4, timeout=60)
                 under_test.hang()
@@ -405,7 +418,7 @@ async def test_simulator_and_real_server_get_the_same_verdicts(
                     check = await run_check(real_target("check", under_test.url))
                 finally:
                     under_test.resume()
-            verdicts["busy"] = _judged_busy([poll.state for poll in busy])
+            verdicts["busy"] = _judged_busy(busy)
             verdicts["hang"] = (stalled.state, stalled.state_polls >= 2, check.exit_code)
             verdicts["test requests under load"] = stalled.test_requests
         finally:

@@ -8,7 +8,13 @@ from collections.abc import AsyncIterator
 import aiohttp
 import pytest
 
-from tests.real.scenario_support import finish_sustained, sustained_generations, sustained_lengths
+from tests.real.scenario_support import (
+    CONCURRENT_GENERATIONS,
+    QUEUED_GENERATIONS,
+    finish_sustained,
+    sustained_generations,
+    sustained_lengths,
+)
 from tests.real.vllm_server import (
     RealVllmServer,
     complete,
@@ -99,9 +105,12 @@ async def test_sigstopped_engine_core_freezes_the_step_count_but_not_health(
 ) -> None:
     """A SIGSTOPped engine core freezes the step count, /health stays 200; SIGCONT resumes."""
     # Generations that end before the SIGSTOP would leave nothing running to freeze: on a fast
-    # CPU four of one length can all end between two reads, so the load lasts until it is let go.
+    # CPU four of one length can all end between two reads, so the load lasts until it is let go,
+    # with some queued so that one starts in the step where another ends.
     until = asyncio.Event()
-    tasks = sustained_generations(http, real_vllm.base_url, until)
+    tasks = sustained_generations(
+        http, real_vllm.base_url, until, count=CONCURRENT_GENERATIONS + QUEUED_GENERATIONS
+    )
     try:
         await wait_for_metric(http, real_vllm.base_url, RUNNING, lambda value: (value or 0) > 0)
         moving_before, moving_after, _ = await _steps_move(http, real_vllm)

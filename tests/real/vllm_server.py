@@ -30,6 +30,15 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 SETUP_SCRIPT = REPO_ROOT / "scripts" / "real_vllm.py"
 SERVED_MODEL_NAME = "tiny"
 ENGINE_CORE_MARKER = "EngineCore"
+# The processes that run the model: the engine core and any executor worker.
+COMPUTE_MARKERS = ("VLLM::EngineCore", "VLLM::Worker")
+# On a GPU host the model's arithmetic runs on the GPU, and the API server and the host's other
+# processes keep their CPU; here it runs on the same two cores as the API server and the test.
+# The processes that compute get this niceness, so that a saturated engine does not starve the
+# API server's answers or the test's own clients (a /v1/models answer once took over 2 s and a
+# test's clients were not scheduled in time to re-send, under load, CI). Idle CPU still goes to
+# them: the engine runs as fast when nothing else wants the cores.
+COMPUTE_NICENESS = 10
 FIRST_WORD_ID = 3
 VOCAB_SIZE = 1024
 
@@ -269,6 +278,7 @@ class RealVllmServer:
             if warm_up:
                 self._warm_up()
             self.raise_if_worker_died()
+            self._deprioritise_compute()
         except BaseException:
             self.stop()
             raise
@@ -324,6 +334,17 @@ class RealVllmServer:
             self.restart()
 
     # the engine core
+
+    def _deprioritise_compute(self) -> None:
+        """COMPUTE_NICENESS for every thread of the processes that run the model (Linux keeps a
+        niceness per thread; threads they start later inherit it)."""
+        for pid in process_tree(self.pid):
+            if not any(marker in process_title(pid) for marker in COMPUTE_MARKERS):
+                continue
+            with contextlib.suppress(OSError):
+                for thread in Path(f"/proc/{pid}/task").iterdir():
+                    with contextlib.suppress(OSError):
+                        os.setpriority(os.PRIO_PROCESS, int(thread.name), COMPUTE_NICENESS)
 
     def engine_core_pids(self) -> list[int]:
         return [pid for pid in process_tree(self.pid) if ENGINE_CORE_MARKER in process_title(pid)]
