@@ -31,7 +31,7 @@ SETUP_SCRIPT = REPO_ROOT / "scripts" / "real_vllm.py"
 SERVED_MODEL_NAME = "tiny"
 ENGINE_CORE_MARKER = "EngineCore"
 # The processes that run the model: the engine core and any executor worker.
-COMPUTE_MARKERS = ("VLLM::EngineCore", "VLLM::Worker")
+COMPUTE_MARKERS = (ENGINE_CORE_MARKER, "VLLM::Worker")
 # On a GPU host the model's arithmetic runs on the GPU, and the API server and the host's other
 # processes keep their CPU; here it runs on the same two cores as the API server and the test.
 # The processes that compute get this niceness, so that a saturated engine does not starve the
@@ -338,16 +338,22 @@ class RealVllmServer:
     def _deprioritise_compute(self) -> None:
         """COMPUTE_NICENESS for every thread of the processes that run the model (Linux keeps a
         niceness per thread; threads they start later inherit it)."""
-        for pid in process_tree(self.pid):
-            if not any(marker in process_title(pid) for marker in COMPUTE_MARKERS):
-                continue
+        for pid in self._descendants_titled(*COMPUTE_MARKERS):
             with contextlib.suppress(OSError):
                 for thread in Path(f"/proc/{pid}/task").iterdir():
                     with contextlib.suppress(OSError):
                         os.setpriority(os.PRIO_PROCESS, int(thread.name), COMPUTE_NICENESS)
 
+    def _descendants_titled(self, *markers: str) -> list[int]:
+        """The server's processes whose title holds any of `markers`."""
+        return [
+            pid
+            for pid in process_tree(self.pid)
+            if any(marker in process_title(pid) for marker in markers)
+        ]
+
     def engine_core_pids(self) -> list[int]:
-        return [pid for pid in process_tree(self.pid) if ENGINE_CORE_MARKER in process_title(pid)]
+        return self._descendants_titled(ENGINE_CORE_MARKER)
 
     def engine_core_pid(self) -> int:
         """The pid of the single `VLLM::EngineCore` process (a descendant of the server)."""
