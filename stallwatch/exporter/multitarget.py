@@ -174,6 +174,9 @@ class ProbeService:
     def apply(self, config: ExporterConfig) -> None:
         """Take a new config: entries of a removed or changed module are forgotten."""
         self._config = config
+        self._shortest_forget_after = min(
+            (module.forget_after_seconds for module in config.modules.values()), default=0.0
+        )
         self._allowed.clear()
         self._owner_keys.clear()
         self._rules = {
@@ -229,6 +232,9 @@ class ProbeService:
                 return self.refuse(module_name, reason, detail, status=503)
             entry = self._remember(key, module, target, target_text)
         entry.last_asked_at = now
+        # The table is kept in the order of the last ask: the sweep stops at the first entry
+        # asked for recently (`_forget_idle`).
+        self.entries[key] = self.entries.pop(key)
         wait = budget.read if budget is not None else None
         if entry.reading is not None:
             # Another `/probe` is reading it: share that read, for as long as this scrape waits.
@@ -399,11 +405,14 @@ class ProbeService:
         if not sweep_due(self._next_sweep_at, now, FORGET_SWEEP_SECONDS):
             return
         self._next_sweep_at = now + FORGET_SWEEP_SECONDS
-        asked = {
-            key: (entry.last_asked_at, entry.module.forget_after_seconds)
-            for key, entry in self.entries.items()
-            if entry.reading is None
-        }
+        # The entries are in the order of their last ask: past the first one asked for within
+        # the shortest forget_after, none is to be forgotten.
+        asked: dict[tuple[str, str], tuple[float, float]] = {}
+        for key, entry in self.entries.items():
+            if not asked_too_long_ago(entry.last_asked_at, self._shortest_forget_after, now):
+                break
+            if entry.reading is None:
+                asked[key] = (entry.last_asked_at, entry.module.forget_after_seconds)
         for key in forgotten(asked, now):
             self._forget(key)
 

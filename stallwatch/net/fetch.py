@@ -34,7 +34,9 @@ from stallwatch.core.reads import (
 from stallwatch.engines import AUTO, PROFILES, model_owners
 from stallwatch.engines.llamacpp import START_HEADER
 from stallwatch.engines.profile import faulted_engines
+from stallwatch.net.http_answer import MalformedAnswer
 from stallwatch.net.offload import run_sized
+from stallwatch.net.plain_get import ConnectTimeout, PlainRequest, plain_get, plain_request
 
 DEFAULT_MAX_BYTES = 8 * 1024 * 1024
 # llama.cpp sends its process start (monotonic microseconds) in this header of /metrics.
@@ -54,8 +56,11 @@ MAX_LOCATION_SHOWN = 200
 IDENTITY = "identity"
 
 
+IDENTITY_HEADERS = (("User-Agent", USER_AGENT), ("Accept-Encoding", IDENTITY))
+
+
 def default_headers() -> dict[str, str]:
-    return {"User-Agent": USER_AGENT, "Accept-Encoding": IDENTITY}
+    return dict(IDENTITY_HEADERS)
 
 
 def redirect_detail(response: aiohttp.ClientResponse) -> str | None:
@@ -64,13 +69,17 @@ def redirect_detail(response: aiohttp.ClientResponse) -> str | None:
     No request of stallwatch follows a redirect: a server in the allow-list must not send the
     exporter (or the restarter) to an address outside it. A redirect is a failed read.
     """
-    if not 300 <= response.status < 400:
+    return plain_redirect_detail(response.status, response.headers.get("Location", ""))
+
+
+def plain_redirect_detail(status: int, location: str) -> str | None:
+    """`redirect_detail` from the status and the Location header."""
+    if not 300 <= status < 400:
         return None
-    location = response.headers.get("Location", "")
     if len(location) > MAX_LOCATION_SHOWN:
         location = location[:MAX_LOCATION_SHOWN] + "..."
     where = f" to {location}" if location else ""
-    return f"HTTP {response.status} redirect{where}, not followed"
+    return f"HTTP {status} redirect{where}, not followed"
 
 
 async def _read_body(response: aiohttp.ClientResponse, max_bytes: int) -> bytes | None:
@@ -98,6 +107,62 @@ async def read_metrics(
     kind: str = AUTO,
 ) -> ReadResult:
     """GET `url` (a full `/metrics` URL) and parse it with the `kind` profile (or `auto`)."""
+    plain = plain_request(url, IDENTITY_HEADERS)
+    if plain is not None:
+        got = await _read_plain(plain, timeout=timeout, max_bytes=max_bytes)
+    else:
+        got = await _read_through(session, url, timeout=timeout, max_bytes=max_bytes)
+    if isinstance(got, ReadResult):
+        return got
+    body, marker = got
+    if body is None:
+        return ReadResult(None, "too_large", f"payload larger than {max_bytes} bytes")
+    taken_at = time.time() if now is None else now
+    profile = kind if kind in PROFILES else AUTO
+    reading = await run_sized(len(body), _parse, body, taken_at, profile, marker)
+    return ReadResult(reading, payload_bytes=len(body))
+
+
+# The body (None: over the cap) and the llama.cpp start marker, or the failed read.
+_Got = tuple[bytes | None, str | None] | ReadResult
+
+
+def _not_connected(timeout: float) -> ReadResult:
+    connect = timeout * CONNECT_SHARE_OF_TIMEOUT
+    return ReadResult(None, "connection", f"not connected within {connect:g} s")
+
+
+def _no_answer(timeout: float) -> ReadResult:
+    return ReadResult(None, "timeout", f"connected, no answer within {timeout:g} s")
+
+
+async def _read_plain(plain: PlainRequest, *, timeout: float, max_bytes: int) -> _Got:
+    """The read of a plain-HTTP target (`net.plain_get`)."""
+    try:
+        answer = await plain_get(
+            plain,
+            timeout=timeout,
+            connect_timeout=timeout * CONNECT_SHARE_OF_TIMEOUT,
+            max_body_bytes=max_bytes,
+        )
+    except ConnectTimeout:
+        return _not_connected(timeout)
+    except TimeoutError:
+        return _no_answer(timeout)
+    except (OSError, MalformedAnswer) as error:
+        return ReadResult(None, "connection", f"{type(error).__name__}: {error}")
+    if answer.status != 200:
+        detail = plain_redirect_detail(answer.status, answer.headers.get("location", ""))
+        return ReadResult(
+            None, "http_status", detail or f"HTTP {answer.status}", status=answer.status
+        )
+    return answer.body, answer.headers.get(START_MARKER_HEADER.lower())
+
+
+async def _read_through(
+    session: aiohttp.ClientSession, url: str, *, timeout: float, max_bytes: int
+) -> _Got:
+    """The read of any other target, through aiohttp's client."""
     try:
         async with session.get(
             url,
@@ -110,21 +175,13 @@ async def read_metrics(
             if response.status != 200:
                 detail = redirect_detail(response) or f"HTTP {response.status}"
                 return ReadResult(None, "http_status", detail, status=response.status)
-            body = await _read_body(response, max_bytes)
-            marker = response.headers.get(START_MARKER_HEADER)
+            return await _read_body(response, max_bytes), response.headers.get(START_MARKER_HEADER)
     except aiohttp.ConnectionTimeoutError:
-        connect = timeout * CONNECT_SHARE_OF_TIMEOUT
-        return ReadResult(None, "connection", f"not connected within {connect:g} s")
+        return _not_connected(timeout)
     except TimeoutError:
-        return ReadResult(None, "timeout", f"connected, no answer within {timeout:g} s")
+        return _no_answer(timeout)
     except aiohttp.ClientError as error:
         return ReadResult(None, "connection", f"{type(error).__name__}: {error}")
-    if body is None:
-        return ReadResult(None, "too_large", f"payload larger than {max_bytes} bytes")
-    taken_at = time.time() if now is None else now
-    profile = kind if kind in PROFILES else AUTO
-    reading = await run_sized(len(body), _parse, body, taken_at, profile, marker)
-    return ReadResult(reading, payload_bytes=len(body))
 
 
 def _parse(body: bytes, taken_at: float, kind: str, marker: str | None) -> Reading:

@@ -222,6 +222,43 @@ async def test_a_target_nobody_asks_for_is_forgotten_by_the_next_sweep() -> None
     assert remembered_after == [parse_target(a.url).url]
 
 
+async def test_the_sweep_finds_an_idle_target_behind_one_asked_again() -> None:
+    """The table is walked in the order of the last ask: a target asked for again moves behind
+    the idle one, which the sweep still forgets, stopping at the recent one."""
+    async with running_simulator(SimConfig()) as a, running_simulator(SimConfig()) as b:
+        cfg = config({"m": {"allow": ["127.0.0.1"], "interval": "50ms", "forget_after": "800ms"}})
+        async with exporter(cfg) as (service, url), aiohttp.ClientSession() as session:
+            assert service.probes is not None
+            await probe(session, url, a.url)
+            await probe(session, url, b.url)
+            await asyncio.sleep(0.5)
+            await probe(session, url, a.url)
+            await asyncio.sleep(FORGET_SWEEP_SECONDS - 0.45)
+            await probe(session, url, a.url)
+            remembered = [key[1] for key in service.probes.entries]
+    assert remembered == [parse_target(a.url).url]
+
+
+async def test_a_short_forget_after_is_kept_behind_a_longer_one() -> None:
+    """With modules of different forget_after, an entry old only for the shortest one does
+    not end the sweep: the idle target of the short module behind it is forgotten."""
+    async with running_simulator(SimConfig()) as a, running_simulator(SimConfig()) as b:
+        cfg = config(
+            {
+                "long": {"allow": ["127.0.0.1"], "interval": "50ms", "forget_after": "1h"},
+                "short": {"allow": ["127.0.0.1"], "interval": "50ms", "forget_after": "200ms"},
+            }
+        )
+        async with exporter(cfg) as (service, url), aiohttp.ClientSession() as session:
+            assert service.probes is not None
+            await probe(session, url, a.url, "long")
+            await probe(session, url, b.url, "short")
+            await asyncio.sleep(0.2 + FORGET_SWEEP_SECONDS)
+            await probe(session, url, b.url, "long")
+            remembered = list(service.probes.entries)
+    assert remembered == [("long", parse_target(a.url).url), ("long", parse_target(b.url).url)]
+
+
 @pytest.mark.parametrize(("enabled", "expected"), [(False, 0), (True, 1)])
 async def test_the_test_request_goes_only_to_modules_that_enable_it(
     enabled: bool, expected: int

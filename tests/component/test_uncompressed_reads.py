@@ -15,6 +15,7 @@ from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 import aiohttp
+import pytest
 from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client.exposition import make_wsgi_app
 
@@ -80,8 +81,10 @@ def test_a_default_client_gets_gzip_from_prometheus_client() -> None:
     assert encodings == ["gzip"]
 
 
-def test_the_exporters_and_the_restarters_reads_ask_for_no_compression() -> None:
-    """read_metrics (the restarter's confirmation) and a whole poll get the payload as is."""
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost"])
+def test_the_exporters_and_the_restarters_reads_ask_for_no_compression(host: str) -> None:
+    """read_metrics (the restarter's confirmation) and a whole poll get the payload as is, read
+    plainly (an address) or through aiohttp (a name)."""
     encodings: list[str] = []
 
     async def reads(url: str) -> None:
@@ -93,6 +96,6 @@ def test_the_exporters_and_the_restarters_reads_ask_for_no_compression() -> None
             assert outcome.reading is not None
 
     with prometheus_client_server(encodings) as url:
-        asyncio.run(reads(url))
+        asyncio.run(reads(url.replace("127.0.0.1", host)))
     assert encodings
     assert set(encodings) == {""}
