@@ -211,7 +211,17 @@ _NAME_END = re.compile(r"[{ \t]")
 _BLANKS = re.compile(r"[ \t]*")
 
 
+# A sample's name and labels by its line's text up to the label set's "}": a server's lines
+# come back at every read with only their values changed, so each label set is parsed once.
+# The label dicts kept here are shared: nothing changes them once parsed.
+_KNOWN_HEADS: dict[str, tuple[str, dict[str, str]]] = {}
+MAX_KNOWN_HEADS = 16384
+
+
 def _split_sample(line: str) -> tuple[str, dict[str, str], float]:
+    close = line.rfind("}")
+    if close >= 0 and (known := _KNOWN_HEADS.get(line[: close + 1])) is not None:
+        return known[0], known[1], _parse_value(line[close + 1 :])
     end = _NAME_END.search(line)
     if end is None:
         raise _MalformedLine("no value")
@@ -219,7 +229,12 @@ def _split_sample(line: str) -> tuple[str, dict[str, str], float]:
     brace = _BLANKS.match(line, end.start()).end()  # type: ignore[union-attr]
     if brace < len(line) and line[brace] == "{":
         labels, after = _parse_labels(line, brace)
-        return name, labels, _parse_value(line[after:])
+        value = _parse_value(line[after:])
+        if after == close + 1:  # the last "}" closes the label set: the head is known now
+            if len(_KNOWN_HEADS) >= MAX_KNOWN_HEADS:
+                _KNOWN_HEADS.clear()
+            _KNOWN_HEADS[line[:after]] = (name, labels)
+        return name, labels, value
     return name, {}, _parse_value(line[end.start() :])
 
 
