@@ -42,7 +42,9 @@ from stallwatch.core.reading import parse_reading
 from stallwatch.exporter.collector import TargetCollector
 from stallwatch.exporter.exposition import exposition
 from stallwatch.localstack.processes import free_port
-from stallwatch.net.fetch import read_metrics
+from stallwatch.net import fetch
+from stallwatch.net.fetch import DEFAULT_MAX_BYTES, IDENTITY_HEADERS
+from stallwatch.net.plain_get import plain_request
 
 PAYLOADS = {
     "vLLM 0.32": ("vllm-0.32.0-cpu-busy-1.txt", "vllm-0.32.0-cpu-busy-2.txt"),
@@ -68,20 +70,36 @@ def _cpu() -> float:
     return times.user + times.system
 
 
-async def _http_cpu_per_read(ports: list[int], *, kept_alive: bool, reads: int) -> float:
-    """CPU of this process per `read_metrics` GET of the real payload, parse excluded."""
+async def _http_cpu_per_read(ports: list[int], *, way: str, reads: int) -> float:
+    """CPU of this process per GET of the real payload, no parse: `plain` the exporter's read
+    of a server named by its address (a new connection each time), `aiohttp new` and `aiohttp
+    kept` the same GET through aiohttp's client (what the plain read replaced, and what a
+    server named by a host name still gets)."""
+    kept_alive = way == "aiohttp kept"
     connector = aiohttp.TCPConnector(limit=0, limit_per_host=4, force_close=not kept_alive)
     async with aiohttp.ClientSession(
         connector=connector, headers={"User-Agent": USER_AGENT}
     ) as session:
         urls = [f"http://127.0.0.1:{port}/metrics" for port in ports]
+
+        async def read(url: str) -> None:
+            if way == "plain":
+                plain = plain_request(url, IDENTITY_HEADERS)
+                assert plain is not None
+                got = await fetch._read_plain(plain, timeout=5.0, max_bytes=DEFAULT_MAX_BYTES)
+            else:
+                got = await fetch._read_through(
+                    session, url, timeout=5.0, max_bytes=DEFAULT_MAX_BYTES
+                )
+            assert isinstance(got, tuple), got
+
         for url in urls:
-            await read_metrics(session, url, timeout=5.0)
+            await read(url)
         started = _cpu()
         done = 0
         while done < reads:
             for url in urls:
-                await read_metrics(session, url, timeout=5.0)
+                await read(url)
             done += len(urls)
         return (_cpu() - started) / done
 
@@ -168,14 +186,15 @@ async def _lateness(
     return max(lateness, 0.0), len(finished), len(heavy_reads)
 
 
-async def _http_figures(reads: int) -> tuple[float, float]:
+async def _http_figures(reads: int) -> dict[str, float]:
     servers = await asyncio.to_thread(TargetServers, 50, moving=True)
     try:
-        fresh = await _http_cpu_per_read(servers.ports, kept_alive=False, reads=reads)
-        kept = await _http_cpu_per_read(servers.ports, kept_alive=True, reads=reads)
+        return {
+            way: await _http_cpu_per_read(servers.ports, way=way, reads=reads)
+            for way in ("plain", "aiohttp new", "aiohttp kept")
+        }
     finally:
         await asyncio.to_thread(servers.stop)
-    return fresh, kept
 
 
 async def _event_loop_figures(
@@ -206,13 +225,11 @@ def run(quick: bool, baseline: str | None = None) -> Section:
     rows: list[list[str]] = []
     figures: dict[str, object] = {}
     http_reads = 100 if quick else HTTP_READS
-    http_fresh, http_kept = asyncio.run(_http_figures(http_reads))
-    # read_metrics parses too: its HTTP share is the GET without this payload's parse.
+    http = asyncio.run(_http_figures(http_reads))
     vllm_stages = _stage_times(*_texts(PAYLOADS["vLLM 0.32"]), budget)
-    http_fresh -= vllm_stages["parse_now"]
-    http_kept -= vllm_stages["parse_now"]
-    figures["http_new_connection_seconds"] = http_fresh
-    figures["http_kept_alive_seconds"] = http_kept
+    figures["http_plain_seconds"] = http["plain"]
+    figures["http_aiohttp_new_connection_seconds"] = http["aiohttp new"]
+    figures["http_aiohttp_kept_alive_seconds"] = http["aiohttp kept"]
     for label, names in PAYLOADS.items():
         stages = vllm_stages if label == "vLLM 0.32" else _stage_times(*_texts(names), budget)
         figures[label] = stages
@@ -254,11 +271,12 @@ def run(quick: bool, baseline: str | None = None) -> Section:
             "busy server (the second read judged against the first): best of 5 rounds of "
             "repeated calls. The way before and the way now run on the same input, one after "
             "the other (a test holds their results equal).",
-            f"HTTP, the exporter's `read_metrics` less its parse, {http_reads} sequential GETs "
-            "of 50 lightweight servers returning the real vLLM payload: "
-            f"**{fmt_seconds(http_fresh)}** of CPU per read on a new connection (what every "
-            "read of a real server at 15 s costs: uvicorn and llama.cpp close idle connections "
-            f"after 5 s), {fmt_seconds(http_kept)} on a kept-alive one.",
+            f"HTTP, {http_reads} sequential GETs of 50 lightweight servers returning the real "
+            "vLLM payload, CPU per read, parse excluded: the exporter's plain read (a new "
+            f"connection each time) **{fmt_seconds(http['plain'])}**; the same GET "
+            f"through aiohttp's client {fmt_seconds(http['aiohttp new'])} on a new connection "
+            "(what every read of a real server at 15 s opens: uvicorn and llama.cpp close idle "
+            f"connections after 5 s), {fmt_seconds(http['aiohttp kept'])} on a kept-alive one.",
             f"Event loop: `stallwatch exporter` with a healthy target (the real vLLM payload, "
             f"counters moving) polled every {HEALTHY_INTERVAL:g} s beside one serving "
             f"{HEAVY_SERIES:,} vLLM engine series (8 MiB, under the default cap), also read "

@@ -69,7 +69,9 @@ def test_quick_benchmarks_run_and_produce_sane_figures(tmp_path: Path) -> None:
     for engine in ("vLLM 0.32", "llama.cpp", "SGLang 0.5.23"):
         stages = readpath[engine]
         assert all(seconds > 0 for seconds in stages.values()), stages
-    assert readpath["http_new_connection_seconds"] > 0
+    assert readpath["http_plain_seconds"] > 0
+    assert readpath["http_aiohttp_new_connection_seconds"] > 0
+    assert readpath["http_aiohttp_kept_alive_seconds"] > 0
     loop = readpath["event_loop"]["this tree"]
     assert loop["healthy_polls"] >= 2
     assert loop["heavy_reads"] >= 1
