@@ -62,6 +62,7 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, str, dict[s
     return process.returncode, output, json.loads(summary_file.read_text())
 
 
+@pytest.mark.long_wait
 def test_demo_story(demo_run: tuple[int, str, dict[str, Any]]) -> None:
     """The demo sends no test request to a busy server, restarts only the hung one, once."""
     code, output, summary = demo_run

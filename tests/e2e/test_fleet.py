@@ -43,7 +43,8 @@ from .fleet_support import (
     write_sd,
 )
 
-pytestmark = pytest.mark.e2e
+# Three Prometheus stacks in one module, about 70 s in all: started first (tests/conftest.py).
+pytestmark = [pytest.mark.e2e, pytest.mark.long_wait]
 
 REPO = Path(__file__).resolve().parents[2]
 HTTP = aiohttp.ClientTimeout(total=5)

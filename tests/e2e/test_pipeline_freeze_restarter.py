@@ -37,6 +37,7 @@ DEFAULT_INTERVAL = 15.0
 FREEZE_SECONDS = 70.0
 
 
+@pytest.mark.long_wait
 async def test_a_70_s_freeze_that_ends_by_itself_is_never_restarted_at_the_defaults(
     restarter_stack: RestarterStack, tmp_path: Path
 ) -> None:

@@ -29,6 +29,7 @@ def haproxy_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Restarte
         yield stack
 
 
+@pytest.mark.long_wait
 async def test_a_70_s_freeze_at_the_shipped_defaults_leaves_rotation_and_returns_unrestarted(
     haproxy_stack: RestarterStack, tmp_path: Path
 ) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from tests.conftest import TIER_OF_DIRECTORY, tier_of
+from tests.conftest import TIER_OF_DIRECTORY, long_waits_first, tier_of
 
 TESTS = Path(__file__).resolve().parents[1]
 
@@ -58,3 +58,19 @@ def test_the_import_scan_sees_a_test_module_import(tmp_path: Path) -> None:
     )
     found = imported_test_modules(source)
     assert found == ["test_a", "test_a.x", "tests.e2e.test_b", "tests.e2e.test_b.y"]
+
+
+class _Item:
+    def __init__(self, name: str, long_wait: bool) -> None:
+        self.name = name
+        self.long_wait = long_wait
+
+    def get_closest_marker(self, name: str) -> object | None:
+        return object() if name == "long_wait" and self.long_wait else None
+
+
+def test_tests_that_wait_for_minutes_are_started_first() -> None:
+    """The `long_wait` tests move to the front of the run, the others keep their order."""
+    items = [_Item("a", False), _Item("b", True), _Item("c", False), _Item("d", True)]
+    long_waits_first(items)
+    assert [item.name for item in items] == ["b", "d", "a", "c"]
