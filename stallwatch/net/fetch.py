@@ -136,6 +136,12 @@ def _no_answer(timeout: float) -> ReadResult:
     return ReadResult(None, "timeout", f"connected, no answer within {timeout:g} s")
 
 
+def _status_failure(status: int, location: str) -> ReadResult:
+    """A `/metrics` answer other than 200: the redirect it was, or its status."""
+    detail = plain_redirect_detail(status, location) or f"HTTP {status}"
+    return ReadResult(None, "http_status", detail, status=status)
+
+
 async def _read_plain(plain: PlainRequest, *, timeout: float, max_bytes: int) -> _Got:
     """The read of a plain-HTTP target (`net.plain_get`)."""
     try:
@@ -152,10 +158,7 @@ async def _read_plain(plain: PlainRequest, *, timeout: float, max_bytes: int) ->
     except (OSError, MalformedAnswer) as error:
         return ReadResult(None, "connection", f"{type(error).__name__}: {error}")
     if answer.status != 200:
-        detail = plain_redirect_detail(answer.status, answer.headers.get("location", ""))
-        return ReadResult(
-            None, "http_status", detail or f"HTTP {answer.status}", status=answer.status
-        )
+        return _status_failure(answer.status, answer.headers.get("location", ""))
     return answer.body, answer.headers.get(START_MARKER_HEADER.lower())
 
 
@@ -173,8 +176,7 @@ async def _read_through(
             allow_redirects=False,
         ) as response:
             if response.status != 200:
-                detail = redirect_detail(response) or f"HTTP {response.status}"
-                return ReadResult(None, "http_status", detail, status=response.status)
+                return _status_failure(response.status, response.headers.get("Location", ""))
             return await _read_body(response, max_bytes), response.headers.get(START_MARKER_HEADER)
     except aiohttp.ConnectionTimeoutError:
         return _not_connected(timeout)

@@ -63,9 +63,6 @@ class AnswerParser:
                 return False
             data = bytes(self._buffer)
             self._buffer.clear()
-        if self._over:
-            self._finish()
-            return True
         if self._framing == "length":
             self._take_length(data)
         elif self._framing == "chunked":

@@ -14,11 +14,11 @@ from contextlib import asynccontextmanager
 
 import aiohttp
 import pytest
-from aiohttp import web
 
 from stallwatch.core.reads import ReadResult
 from stallwatch.net.fetch import IDENTITY_HEADERS, read_metrics
 from stallwatch.net.plain_get import plain_request
+from tests.support.exporter import big_metrics_server
 from tests.support.real_payloads import real_payload
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
@@ -51,27 +51,6 @@ def answering(data: bytes, *, then_hang: bool = False) -> Handler:
     return handle
 
 
-@asynccontextmanager
-async def payload_server(payload: bytes) -> AsyncIterator[tuple[int, list[dict[str, str]]]]:
-    """aiohttp serving `payload` at /metrics; yields its port and each request's headers."""
-    seen: list[dict[str, str]] = []
-
-    async def metrics(request: web.Request) -> web.Response:
-        seen.append({k.lower(): v for k, v in request.headers.items()})
-        return web.Response(body=payload, content_type="text/plain")
-
-    app = web.Application()
-    app.router.add_get("/metrics", metrics)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        yield runner.addresses[0][1], seen
-    finally:
-        await runner.cleanup()
-
-
 async def read(url: str, *, timeout: float = 5.0, max_bytes: int = 1 << 20) -> ReadResult:
     async with aiohttp.ClientSession() as session:
         return await read_metrics(session, url, timeout=timeout, max_bytes=max_bytes, kind="vllm")
@@ -83,9 +62,10 @@ def test_plain_and_aiohttp_reads_of_one_server_give_the_same_reading() -> None:
     payload = real_payload("vllm-0.32.0-cpu-chunked-prefill-2.txt").encode()
 
     async def both() -> tuple[ReadResult, ReadResult, list[dict[str, str]]]:
-        async with payload_server(payload) as (port, seen):
-            plain = await read(f"http://127.0.0.1:{port}/metrics")
-            through = await read(f"http://localhost:{port}/metrics")
+        seen: list[dict[str, str]] = []
+        async with big_metrics_server(payload, seen) as url:
+            plain = await read(f"{url}/metrics")
+            through = await read(f"{url.replace('127.0.0.1', 'localhost')}/metrics")
             return plain, through, seen
 
     plain, through, seen = asyncio.run(both())

@@ -127,8 +127,15 @@ async def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], floa
 
 
 @contextlib.asynccontextmanager
-async def big_metrics_server(body: bytes) -> AsyncIterator[str]:
-    async def metrics(_request: web.Request) -> web.Response:
+async def big_metrics_server(
+    body: bytes, seen: list[dict[str, str]] | None = None
+) -> AsyncIterator[str]:
+    """aiohttp serving `body` at /metrics; yields its base URL. Each request's headers (names in
+    lower case) are appended to `seen` when given."""
+
+    async def metrics(request: web.Request) -> web.Response:
+        if seen is not None:
+            seen.append({name.lower(): value for name, value in request.headers.items()})
         return web.Response(body=body, content_type="text/plain")
 
     app = web.Application()
