@@ -15,6 +15,11 @@ When the real tier is asked for and one of its environments (.venv-vllm, .venv-s
 build/test-reports/setup-*.log): the minutes of installs overlap tiers that mostly wait. The real
 tier starts when the builds are done; a build that failed is run again there by the tier's own
 fixture, which fails with its log. STALLWATCH_TEST_BUILD_AHEAD=0 leaves the builds to the tier.
+
+The stack tier, which mostly waits on the shipped timings, runs beside the component and e2e
+tiers at a lower CPU priority (its podman service and containers inherit it), its output in
+build/test-reports/stack.log, shown when it ends; it ends before the real tier starts.
+STALLWATCH_TEST_BESIDE=0 runs every tier in turn.
 """
 
 from __future__ import annotations
@@ -28,8 +33,10 @@ import sys
 import threading
 import time
 import xml.etree.ElementTree as ET
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 REPO = Path(__file__).resolve().parents[1]
 REPORTS = REPO / "build" / "test-reports"
@@ -80,6 +87,13 @@ TIER_TIMEOUT_SECONDS = {
     "real": 3600,
     "stack": 2400,
 }
+# Tiers that run beside others: the stack waits out the shipped timings of its compose stack (15 s
+# polls, alerts after two of them: its hang test, 181 of the tier's 288 s, is mostly that wait)
+# and its containers use little CPU, so it runs beside the tiers named here and must end before
+# any other tier starts (the real servers are timed against the CPU). Its processes run at
+# BESIDE_NICENESS so that the tiers in front keep the CPU.
+BESIDE = {"stack": ("component", "e2e")}
+BESIDE_NICENESS = 10
 # pytest's exit status when it selected no test: a tier with none is not a failure.
 NO_TESTS = 5
 # The status of a tier stopped at its bound.
@@ -101,6 +115,43 @@ class TierRun:
     seconds: float
     status: int
     counts: dict[str, int]
+    beside: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of a run: `run` a tier in front, `start` one beside, or `join` one started."""
+
+    action: str
+    tier: str
+
+
+def plan(tiers: Sequence[str], beside: Mapping[str, tuple[str, ...]]) -> list[Step]:
+    """The steps of a run: each tier in turn, but for those that can run beside others.
+
+    A tier of `beside` starts with the first of its hosts asked for and is joined before the
+    first tier after that which is not a host (or at the end); with no host asked for it runs
+    in its turn.
+    """
+    steps: list[Step] = []
+    pending = [t for t in tiers if any(host in tiers for host in beside.get(t, ()))]
+    moved = set(pending)
+    running: list[str] = []
+    for tier in tiers:
+        if tier in moved:
+            continue
+        for other in list(running):
+            if tier not in beside[other]:
+                steps.append(Step("join", other))
+                running.remove(other)
+        for other in list(pending):
+            if tier in beside[other]:
+                steps.append(Step("start", other))
+                running.append(other)
+                pending.remove(other)
+        steps.append(Step("run", tier))
+    steps += [Step("join", other) for other in running]
+    return steps
 
 
 def pytest_argv(tier: str, report: Path, extra: list[str]) -> list[str]:
@@ -229,21 +280,91 @@ def run_tier(tier: str, extra: list[str]) -> TierRun:
     report.unlink(missing_ok=True)
     print(f"\n===== tier {tier} =====", flush=True)
     started = time.monotonic()
-    # pytest caches the test modules it rewrites (assertions) as bytecode beside them: without
-    # that cache each worker rewrites all of them again, seconds per tier and worker.
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    argv = pytest_argv(tier, report, extra)
-    status = run_bounded(argv, env, TIER_TIMEOUT_SECONDS[tier])
+    status = run_bounded(pytest_argv(tier, report, extra), tier_env(), TIER_TIMEOUT_SECONDS[tier])
     return TierRun(tier, time.monotonic() - started, status, counts(report))
 
 
-def run_bounded(argv: list[str], env: dict[str, str], limit_seconds: float) -> int:
-    """Run pytest in a session of its own; past the limit stop the whole session and fail."""
-    process = subprocess.Popen(argv, cwd=REPO, env=env, start_new_session=True)
+def tier_env() -> dict[str, str]:
+    # pytest caches the test modules it rewrites (assertions) as bytecode beside them: without
+    # that cache each worker rewrites all of them again, seconds per tier and worker.
+    return {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
+@dataclass
+class TierBeside:
+    """A tier running in a thread beside the others, its output in a log shown when it ends."""
+
+    tier: str
+    hosts: tuple[str, ...]
+    extra: list[str]
+    log: Path
+    run: TierRun | None = None
+    _thread: threading.Thread | None = None
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def start(self) -> None:
+        hosts = ", ".join(self.hosts)
+        print(f"\n===== tier {self.tier}: started beside {hosts} (output: {self.log}) =====")
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        report = REPORTS / f"{self.tier}.xml"
+        report.unlink(missing_ok=True)
+        argv = ["nice", "-n", str(BESIDE_NICENESS), *pytest_argv(self.tier, report, self.extra)]
+        started = time.monotonic()
+        with self.log.open("wb") as out:
+            status = run_bounded(
+                argv, tier_env(), TIER_TIMEOUT_SECONDS[self.tier], out=out, stop=self._stop
+            )
+        took = time.monotonic() - started
+        self.run = TierRun(self.tier, took, status, counts(report), self.hosts)
+
+    def join(self) -> TierRun:
+        """Wait for the tier to end, then print its output."""
+        assert self._thread is not None
+        waited = time.monotonic()
+        self._thread.join()
+        waited = time.monotonic() - waited
+        print(
+            f"\n===== tier {self.tier} (ran beside {', '.join(self.hosts)}; "
+            f"{waited:.0f} s waited for its end) =====",
+            flush=True,
+        )
+        sys.stdout.buffer.write(self.log.read_bytes())
+        sys.stdout.flush()
+        assert self.run is not None
+        return self.run
+
+    def stop(self) -> None:
+        """Stop the tier (the run was interrupted)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+
+def run_bounded(
+    argv: list[str],
+    env: dict[str, str],
+    limit_seconds: float,
+    out: IO[bytes] | None = None,
+    stop: threading.Event | None = None,
+) -> int:
+    """Run pytest in a session of its own; past the limit stop the whole session and fail.
+
+    With `stop` (a tier in a thread, where no KeyboardInterrupt arrives) the session is also
+    stopped when that event is set.
+    """
+    process = subprocess.Popen(
+        argv, cwd=REPO, env=env, start_new_session=True, stdout=out, stderr=out
+    )
     try:
-        return process.wait(timeout=limit_seconds)
-    except subprocess.TimeoutExpired:
-        print(f"\n!!! tier stopped: still running after {limit_seconds:.0f} s", flush=True)
+        if ended_within(process, limit_seconds, stop):
+            return process.returncode
+        if stop is not None and stop.is_set():
+            print("\n!!! tier stopped: the run was interrupted", flush=True)
+        else:
+            print(f"\n!!! tier stopped: still running after {limit_seconds:.0f} s", flush=True)
         for sig, grace in ((signal.SIGTERM, 15.0), (signal.SIGKILL, 15.0)):
             try:
                 os.killpg(process.pid, sig)
@@ -261,7 +382,25 @@ def run_bounded(argv: list[str], env: dict[str, str], limit_seconds: float) -> i
         raise
 
 
-def summary(runs: list[TierRun]) -> str:
+def ended_within(
+    process: subprocess.Popen[bytes], seconds: float, stop: threading.Event | None
+) -> bool:
+    """Whether the process ended within `seconds` (and before `stop` was set)."""
+    if stop is None:
+        try:
+            process.wait(timeout=seconds)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+    deadline = time.monotonic() + seconds
+    while process.poll() is None:
+        if stop.is_set() or time.monotonic() >= deadline:
+            return False
+        stop.wait(0.5)
+    return True
+
+
+def summary(runs: list[TierRun], wall_seconds: float) -> str:
     lines = ["", "===== where the time went ====="]
     lines.append(f"{'tier':10} {'wall':>8} {'tests':>6} {'failed':>6} {'skipped':>7}  result")
     for run in runs:
@@ -272,11 +411,15 @@ def summary(runs: list[TierRun]) -> str:
             result = f"STOPPED after {TIER_TIMEOUT_SECONDS[run.tier]} s"
         else:
             result = f"FAILED (exit {run.status})"
+        if run.beside:
+            result += f" (beside {', '.join(run.beside)})"
         lines.append(
             f"{run.tier:10} {run.seconds:7.1f}s {c['tests']:6} "
             f"{c['failures'] + c['errors']:6} {c['skipped']:7}  {result}"
         )
-    lines.append(f"{'total':10} {sum(r.seconds for r in runs):7.1f}s")
+    lines.append(
+        f"{'total':10} {wall_seconds:7.1f}s  wall ({sum(r.seconds for r in runs):.1f} s of tiers)"
+    )
     lines.append("")
     lines.append(f"slowest {SLOWEST} tests (setup, call and teardown):")
     for seconds, name in slowest([REPORTS / f"{r.tier}.xml" for r in runs], SLOWEST):
@@ -298,16 +441,29 @@ def main(argv: list[str] | None = None) -> int:
     REPORTS.mkdir(parents=True, exist_ok=True)
     ahead = os.environ.get("STALLWATCH_TEST_BUILD_AHEAD", "1") != "0"
     builds = BuildsAhead(missing_environments() if ahead and "real" in args.tiers else [])
+    started = time.monotonic()
     builds.start()
+    beside = BESIDE if os.environ.get("STALLWATCH_TEST_BESIDE", "1") != "0" else {}
     runs = []
+    besides: dict[str, TierBeside] = {}
     try:
-        for tier in args.tiers:
-            if tier == "real":
-                builds.wait()
-            runs.append(run_tier(tier, args.pytest))
+        for step in plan(args.tiers, beside):
+            if step.action == "start":
+                log = REPORTS / f"{step.tier}.log"
+                hosts = tuple(host for host in beside[step.tier] if host in args.tiers)
+                besides[step.tier] = TierBeside(step.tier, hosts, args.pytest, log)
+                besides[step.tier].start()
+            elif step.action == "join":
+                runs.append(besides.pop(step.tier).join())
+            else:
+                if step.tier == "real":
+                    builds.wait()
+                runs.append(run_tier(step.tier, args.pytest))
     finally:
+        for tier in besides.values():
+            tier.stop()
         builds.stop()
-    print(summary(runs), flush=True)
+    print(summary(runs, time.monotonic() - started), flush=True)
     return 0 if all(run.status in (0, NO_TESTS) for run in runs) else 1
 
 

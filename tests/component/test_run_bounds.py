@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -72,3 +73,58 @@ def test_a_bounded_command_whose_grandchild_holds_its_output_still_ends() -> Non
     assert completed.timed_out
     assert completed.stdout == "started\n"
     assert time.monotonic() - started < 60
+
+
+def test_a_tier_beside_is_stopped_with_its_children_when_the_run_is_interrupted(
+    tmp_path: Path,
+) -> None:
+    """A tier running in a thread is stopped, children too, when its stop event is set."""
+    runner = tier_runner()
+    pid_file = tmp_path / "child.pid"
+    hanging = (
+        "import subprocess, sys, time, pathlib\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+        f"pathlib.Path({str(pid_file)!r}).write_text(str(child.pid))\n"
+        "print('running', flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    stop = threading.Event()
+    log = tmp_path / "tier.log"
+    statuses: list[int] = []
+    with log.open("wb") as out:
+        thread = threading.Thread(
+            target=lambda: statuses.append(
+                runner.run_bounded(
+                    [sys.executable, "-c", hanging], dict(os.environ), 600, out=out, stop=stop
+                )
+            )
+        )
+        thread.start()
+        deadline = time.monotonic() + 30
+        while not pid_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        stop.set()
+        thread.join(60)
+    assert statuses == [runner.TIER_STOPPED]
+    assert log.read_text() == "running\n"
+    child = int(pid_file.read_text())
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _alive(child):
+        time.sleep(0.1)
+    assert not _alive(child), "the stopped tier's child process outlived it"
+
+
+def test_a_tier_beside_that_ends_gives_its_own_status_and_output(tmp_path: Path) -> None:
+    """In a thread with a stop event never set, the tier's status and output are its own."""
+    runner = tier_runner()
+    log = tmp_path / "tier.log"
+    with log.open("wb") as out:
+        status = runner.run_bounded(
+            [sys.executable, "-c", "print('done'); raise SystemExit(3)"],
+            dict(os.environ),
+            60,
+            out=out,
+            stop=threading.Event(),
+        )
+    assert status == 3
+    assert log.read_text() == "done\n"
