@@ -1,7 +1,8 @@
 """The least an aiohttp `/probe` exporter can do: read the target and answer a constant.
 
-Run as `python -m benchmarks.bare_exporter`; prints `listening on URL` (as `stallwatch exporter`
-does), then serves until terminated. `/probe?target=HOST:PORT` GETs `http://HOST:PORT/metrics`
+Run as `python -m benchmarks.bare_exporter [--event-loop=uvloop]` (asyncio's own loop by
+default); prints `listening on URL` (as `stallwatch exporter` does), then serves until
+terminated. `/probe?target=HOST:PORT` GETs `http://HOST:PORT/metrics`
 with one shared `aiohttp.ClientSession` (the exporter's connector settings), reads the whole
 body and answers a small constant text; nothing is parsed, judged or remembered. `/metrics`
 counts the reads. It is the floor under any aiohttp exporter's cost per read.
@@ -9,11 +10,14 @@ counts the reads. It is the floor under any aiohttp exporter's cost per read.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import signal
 
 import aiohttp
 from aiohttp import web
+
+from stallwatch.common.event_loop import EVENT_LOOPS, choose_event_loop, run_on
 
 READ_TIMEOUT_SECONDS = 5.0
 SESSION_KEY = web.AppKey("session", aiohttp.ClientSession)
@@ -58,9 +62,7 @@ async def serve() -> None:
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0, backlog=1024)
         await site.start()
-        server = site._server
-        assert isinstance(server, asyncio.base_events.Server)
-        host, port = server.sockets[0].getsockname()[:2]
+        host, port = runner.addresses[0][:2]
         print(f"listening on http://{host}:{port}", flush=True)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -73,7 +75,9 @@ async def serve() -> None:
 
 
 def main() -> None:
-    asyncio.run(serve())
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--event-loop", choices=EVENT_LOOPS, default="asyncio")
+    run_on(choose_event_loop(parser.parse_args().event_loop), serve())
 
 
 if __name__ == "__main__":

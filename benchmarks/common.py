@@ -10,7 +10,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -96,13 +96,18 @@ def baseline_tree(ref: str | None) -> Iterator[Path | None]:
 
 @contextlib.contextmanager
 def exporter_child(
-    config: Mapping[str, object], workdir: Path, source: Path | None = None, workers: int = 1
+    config: Mapping[str, object],
+    workdir: Path,
+    source: Path | None = None,
+    workers: int = 1,
+    arguments: Sequence[str] = (),
 ) -> Iterator[tuple[subprocess.Popen[str], str]]:
     """`stallwatch exporter` with `config` as a child process (this checkout's code, or
-    `source`'s; `workers` worker processes); yields it and its base URL, and stops it."""
+    `source`'s; `workers` worker processes; more `arguments`); yields it and its base URL, and
+    stops it."""
     path = workdir / "exporter.yml"
     path.write_text(json.dumps(config))
-    argv = [sys.executable, "-m", "stallwatch", "exporter", "--config", str(path)]
+    argv = [sys.executable, "-m", "stallwatch", "exporter", "--config", str(path), *arguments]
     if workers > 1:
         argv.append(f"--workers={workers}")
     with listening_child(argv, "the exporter", python_environment(source), source) as running:

@@ -130,8 +130,23 @@ def bare_process(workdir: Path) -> AbstractContextManager[tuple[subprocess.Popen
     return listening_child(argv, "the bare exporter", cwd=REPO)
 
 
+def bare_uvloop_process(
+    workdir: Path,
+) -> AbstractContextManager[tuple[subprocess.Popen[str], str]]:
+    """`benchmarks.bare_exporter` on uvloop."""
+    del workdir
+    argv = [sys.executable, "-m", "benchmarks.bare_exporter", "--event-loop=uvloop"]
+    return listening_child(argv, "the bare exporter on uvloop", cwd=REPO)
+
+
 def stallwatch_start(workdir: Path) -> AbstractContextManager[tuple[subprocess.Popen[str], str]]:
     return exporter_process(workdir)
+
+
+def stallwatch_asyncio_start(
+    workdir: Path,
+) -> AbstractContextManager[tuple[subprocess.Popen[str], str]]:
+    return exporter_process(workdir, arguments=("--event-loop=asyncio",))
 
 
 def stallwatch_workers_start(
@@ -184,6 +199,13 @@ PEERS = (
         "stallwatch_probe_reads_total",
     ),
     Peer(
+        "stallwatch, asyncio loop",
+        stallwatch_asyncio_start,
+        stallwatch_params,
+        STALLWATCH_UP,
+        "stallwatch_probe_reads_total",
+    ),
+    Peer(
         "blackbox http_2xx",
         blackbox_process,
         blackbox_params("http_2xx"),
@@ -200,6 +222,13 @@ PEERS = (
     Peer(
         "bare aiohttp",
         bare_process,
+        bare_params,
+        body_says(rb"^bare_probe_success 1$"),
+        "bare_reads_total",
+    ),
+    Peer(
+        "bare aiohttp, uvloop",
+        bare_uvloop_process,
         bare_params,
         body_says(rb"^bare_probe_success 1$"),
         "bare_reads_total",
@@ -405,11 +434,13 @@ def run(quick: bool) -> Section:
             "lightweight aiohttp servers (one port each, the captured real vLLM payload, 51 KiB, "
             "counters advancing, idle connections closed after 5 s: every read opens a "
             "connection): `stallwatch exporter` (module `vllm`, `interval: 15s`, `timeout: "
-            f"5s`); {version} (module `http_2xx`, whole body read, and module `vllm_regex`, "
+            f"5s`; on uvloop, its default where installed, with {WORKERS} workers, and on "
+            f"asyncio's own loop with `--event-loop=asyncio`); {version} (module `http_2xx`, "
+            "whole body read, and module `vllm_regex`, "
             f"`fail_if_body_not_matches_regexp: {BODY_REGEX}`, both `timeout: 5s`, ip4); and "
             "`benchmarks/bare_exporter.py` (aiohttp, one shared `ClientSession`, reads the body "
-            "and answers a constant). The order of the exporters alternates from one size to "
-            "the next.",
+            "and answers a constant), on asyncio's loop and on uvloop. The order of the "
+            "exporters alternates from one size to the next.",
             f"This process plays Prometheus, the same plan for each: every server's `/probe` "
             f"once per {INTERVAL:g} s, phases spread, {SCRAPE_TIMEOUT:g} s scrape timeout (sent "
             "as `X-Prometheus-Scrape-Timeout-Seconds`), kept-alive connections. A scrape fails "

@@ -17,7 +17,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,10 +54,10 @@ def rss_bytes(pid: int) -> int:
 
 @contextlib.contextmanager
 def exporter_process(
-    workdir: Path, source: Path | None = None, workers: int = 1
+    workdir: Path, source: Path | None = None, workers: int = 1, arguments: Sequence[str] = ()
 ) -> Iterator[tuple[subprocess.Popen[str], str]]:
     """`stallwatch exporter` as a child process: this checkout's code, or `source`'s, with
-    `workers` worker processes."""
+    `workers` worker processes and more `arguments`."""
     port = free_port()
     # The modules share the 10,000 targets /probe remembers; the measured one takes nearly all.
     modules = {
@@ -76,7 +76,7 @@ def exporter_process(
         },
     }
     config = {"listen": f"127.0.0.1:{port}", "modules": modules}
-    with exporter_child(config, workdir, source, workers) as running:
+    with exporter_child(config, workdir, source, workers, arguments) as running:
         yield running
 
 

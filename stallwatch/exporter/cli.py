@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import dataclasses
 import logging
 import socket
@@ -14,6 +13,12 @@ from typing import Any
 from stallwatch.common.cli import add_service_arguments, setup_logging
 from stallwatch.common.config import ConfigError, parse_listen
 from stallwatch.common.config_files import empty_on_reload, load_exporter_config
+from stallwatch.common.event_loop import (
+    EVENT_LOOPS,
+    EventLoopUnavailable,
+    choose_event_loop,
+    run_on,
+)
 from stallwatch.exporter.app import ListenError, serve
 from stallwatch.exporter.supervisor import supervise, worker_command
 from stallwatch.exporter.web_config import describe as describe_web_config
@@ -64,6 +69,13 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         "targets (a target's history stays in one; a /probe reaching another is handed to "
         "it); 'auto': the cores this process may use (affinity and cgroup quota). Default 1",
     )
+    parser.add_argument(
+        "--event-loop",
+        choices=EVENT_LOOPS,
+        default="auto",
+        help="the event loop: uvloop (less CPU per read) or asyncio's own; 'auto', the "
+        "default: uvloop where it is installed",
+    )
     # How the supervisor starts a worker: not for people.
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--worker-dir", type=Path, help=argparse.SUPPRESS)
@@ -95,6 +107,7 @@ def worker_share(args: argparse.Namespace) -> WorkerShare:
 def worker_argv(args: argparse.Namespace) -> list[str]:
     """How the supervisor starts each worker: this command, less --workers and --listen."""
     argv = [*worker_command(), "exporter", "--config", str(args.config)]
+    argv += ["--event-loop", args.event_loop]
     if args.web_config_file is not None:
         argv += ["--web.config.file", str(args.web_config_file)]
     return [*argv, f"--log.level={args.log_level}", f"--log.format={args.log_format}"]
@@ -133,20 +146,27 @@ def run(args: argparse.Namespace) -> int:
                 f"{module.interval_seconds:g} s at most, allow {', '.join(module.allow)}"
             )
         return 0
+    try:
+        loop = choose_event_loop(args.event_loop)
+    except EventLoopUnavailable as error:
+        print(f"stallwatch exporter: {error}", file=sys.stderr)
+        return 1
     if args.worker is None:
         for warning in config.warnings:
             log.warning("%s", warning)
+        log.info("event loop: %s", loop.describe())
     try:
         if args.worker is not None:
             sock = socket.socket(fileno=args.worker_fd)
-            asyncio.run(
-                serve(config, args.config, web_config, sock=sock, workers=worker_share(args))
+            run_on(
+                loop,
+                serve(config, args.config, web_config, sock=sock, workers=worker_share(args)),
             )
         elif args.workers > 1:
             scheme = "https" if web_config is not None and web_config.tls else "http"
-            asyncio.run(supervise(config, args.config, worker_argv(args), args.workers, scheme))
+            run_on(loop, supervise(config, args.config, worker_argv(args), args.workers, scheme))
         else:
-            asyncio.run(serve(config, args.config, web_config))
+            run_on(loop, serve(config, args.config, web_config))
     except ListenError as error:
         print(f"stallwatch exporter: {error}", file=sys.stderr)
         return 1

@@ -17,6 +17,7 @@ import asyncio
 import functools
 import ipaddress
 from dataclasses import dataclass
+from typing import cast
 from urllib.parse import urlsplit
 
 from stallwatch.net.http_answer import Answer, AnswerParser, MalformedAnswer
@@ -73,9 +74,9 @@ class _Get(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
-        transport.write(self._request)
+        # A stream transport (uvloop's are not subclasses of asyncio.Transport).
+        self._transport = cast(asyncio.Transport, transport)
+        self._transport.write(self._request)
 
     def data_received(self, data: bytes) -> None:
         if self._done.done():

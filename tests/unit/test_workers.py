@@ -8,7 +8,8 @@ from collections import Counter
 import pytest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from stallwatch.exporter.cli import workers_argument
+from stallwatch.cli import build_parser
+from stallwatch.exporter.cli import worker_argv, workers_argument
 from stallwatch.exporter.workers import (
     FamilyData,
     families_from_json,
@@ -87,6 +88,17 @@ def test_workers_auto_is_at_least_one() -> None:
     """--workers auto gives a count of processes."""
     assert workers_argument("auto") >= 1
     assert workers_argument("3") == 3
+
+
+def test_workers_run_on_the_event_loop_the_supervisor_was_given() -> None:
+    """A worker's command carries the supervisor's --event-loop (and its config)."""
+    for loop in ("asyncio", "uvloop", "auto"):
+        args = build_parser().parse_args(
+            ["exporter", "--config", "x.yml", "--workers=2", f"--event-loop={loop}"]
+        )
+        argv = worker_argv(args)
+        assert argv[argv.index("--event-loop") + 1] == loop
+        assert argv[argv.index("--config") + 1] == "x.yml"
 
 
 def _worker(
