@@ -304,7 +304,10 @@ class TierBeside:
 
     def start(self) -> None:
         hosts = ", ".join(self.hosts)
-        print(f"\n===== tier {self.tier}: started beside {hosts} (output: {self.log}) =====")
+        print(
+            f"\n===== tier {self.tier}: started beside {hosts} (output: {self.log}) =====",
+            flush=True,
+        )
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
@@ -323,9 +326,9 @@ class TierBeside:
     def join(self) -> TierRun:
         """Wait for the tier to end, then print its output."""
         assert self._thread is not None
-        waited = time.monotonic()
+        started = time.monotonic()
         self._thread.join()
-        waited = time.monotonic() - waited
+        waited = time.monotonic() - started
         print(
             f"\n===== tier {self.tier} (ran beside {', '.join(self.hosts)}; "
             f"{waited:.0f} s waited for its end) =====",
