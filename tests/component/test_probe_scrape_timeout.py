@@ -100,8 +100,14 @@ async def test_a_read_still_waiting_for_its_test_request_is_cut_at_the_scrapes_e
         cfg = config(kind="vllm", timeout="1s", test_request={"enabled": True, "timeout": "30s"})
         async with exporter(cfg) as (service, url), aiohttp.ClientSession() as session:
             status, body = await get(session, url, sim.url, scrape_timeout="2")
-            async with session.get(f"{url}/metrics") as response:
-                metrics = await response.text()
+            # The answer and the cut are both due at the scrape's deadline: on a loaded
+            # machine either may come first, so the count is waited for (bounded).
+            for _ in range(50):
+                async with session.get(f"{url}/metrics") as response:
+                    metrics = await response.text()
+                if value(metrics, "stallwatch_probe_reads_cut_total"):
+                    break
+                await asyncio.sleep(0.1)
             assert service.probes is not None
             (entry,) = service.probes.entries.values()
     assert status == 200
