@@ -18,20 +18,12 @@ def test_a_tier_past_its_bound_is_stopped_with_its_children(tmp_path: Path) -> N
     """A tier still running at its bound is killed, its child processes too, and marked stopped."""
     runner = tier_runner()
     pid_file = tmp_path / "child.pid"
-    hanging = (
-        "import subprocess, sys, time, pathlib\n"
-        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
-        f"pathlib.Path({str(pid_file)!r}).write_text(str(child.pid))\n"
-        "time.sleep(600)\n"
-    )
+    hanging = _hanging(pid_file)
     started = time.monotonic()
     status = runner.run_bounded([sys.executable, "-c", hanging], dict(os.environ), 3.0)
     assert status == runner.TIER_STOPPED
     assert time.monotonic() - started < 60
-    child = int(pid_file.read_text())
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and _alive(child):
-        time.sleep(0.1)
+    child = _gone_within(pid_file, 10)
     assert not _alive(child), "the tier's child process outlived the stopped tier"
 
 
@@ -48,6 +40,26 @@ def test_every_tier_has_both_bounds() -> None:
     runner = tier_runner()
     for tier in runner.TIERS:
         assert 0 < runner.TEST_TIMEOUT_SECONDS[tier] < runner.TIER_TIMEOUT_SECONDS[tier]
+
+
+def _hanging(pid_file: Path) -> str:
+    """A program that starts a sleeping child, writes its pid, says `running` and sleeps."""
+    return (
+        "import subprocess, sys, time, pathlib\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+        f"pathlib.Path({str(pid_file)!r}).write_text(str(child.pid))\n"
+        "print('running', flush=True)\n"
+        "time.sleep(600)\n"
+    )
+
+
+def _gone_within(pid_file: Path, seconds: float) -> int:
+    """The child pid written in `pid_file`, once it is gone or `seconds` have passed."""
+    child = int(pid_file.read_text())
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and _alive(child):
+        time.sleep(0.1)
+    return child
 
 
 def _alive(pid: int) -> bool:
@@ -81,13 +93,7 @@ def test_a_tier_beside_is_stopped_with_its_children_when_the_run_is_interrupted(
     """A tier running in a thread is stopped, children too, when its stop event is set."""
     runner = tier_runner()
     pid_file = tmp_path / "child.pid"
-    hanging = (
-        "import subprocess, sys, time, pathlib\n"
-        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
-        f"pathlib.Path({str(pid_file)!r}).write_text(str(child.pid))\n"
-        "print('running', flush=True)\n"
-        "time.sleep(600)\n"
-    )
+    hanging = _hanging(pid_file)
     stop = threading.Event()
     log = tmp_path / "tier.log"
     statuses: list[int] = []
@@ -107,10 +113,7 @@ def test_a_tier_beside_is_stopped_with_its_children_when_the_run_is_interrupted(
         thread.join(60)
     assert statuses == [runner.TIER_STOPPED]
     assert log.read_text() == "running\n"
-    child = int(pid_file.read_text())
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and _alive(child):
-        time.sleep(0.1)
+    child = _gone_within(pid_file, 10)
     assert not _alive(child), "the stopped tier's child process outlived it"
 
 
