@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -15,6 +14,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from tests.support.bounded import terminate
 from tests.support.exporter import big_metrics_server
 from tests.support.probe import probe, value
 
@@ -50,12 +50,7 @@ def exporter(config: Path, *arguments: str) -> Iterator[Running]:
         running = Running(line.split()[-1])
         yield running
     finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        terminate(process)
         running.log = process.stderr.read()
         process.stdout.close()
         process.stderr.close()

@@ -17,6 +17,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from tests.support.bounded import terminate
 from tests.support.probe import value
 
 REPO = Path(__file__).resolve().parents[2]
@@ -90,12 +91,7 @@ def exporter_with_workers(config_path: Path, workers: int = 2) -> Iterator[tuple
         assert len(worker_pids) == workers
         yield process.pid, line.split()[-1]
     finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        terminate(process)
         for pid in children(process.pid) + worker_pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)

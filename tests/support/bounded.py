@@ -46,3 +46,13 @@ def kill_session(process: subprocess.Popen[str]) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGKILL)
     process.wait()
+
+
+def terminate(process: subprocess.Popen[str], grace_seconds: float = 20) -> None:
+    """SIGTERM, then SIGKILL if the process has not ended within `grace_seconds`."""
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout=grace_seconds)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
