@@ -192,6 +192,10 @@ _QUEUE_TIME = _index("stallwatch_request_queue_time_mean_seconds")
 _POLLS = _index("stallwatch_polls")
 _POLL_ERRORS = _index("stallwatch_poll_errors")
 _NO_LABELS: tuple[str, ...] = ()
+# Each family's own label values, made once (the answer to every read writes them all).
+_STATE_LABELS = tuple((state, (state.value,)) for state in State)
+_DEGRADED_LABELS = tuple((reason, (reason,)) for reason in DEGRADED_REASONS)
+_POLL_ERROR_LABELS = tuple((reason, (reason,)) for reason in POLL_ERROR_REASONS)
 
 
 def target_samples(target: TargetConfig, history: TargetHistory) -> list[TargetSample]:
@@ -204,8 +208,8 @@ def target_samples(target: TargetConfig, history: TargetHistory) -> list[TargetS
             add((family, _NO_LABELS, value))
 
     current = history.state
-    for candidate in State:
-        add((_STATE, (candidate.value,), candidate == current))
+    for candidate, state_label in _STATE_LABELS:
+        add((_STATE, state_label, candidate == current))
     add((_STATE_POLLS, _NO_LABELS, history.state_polls))
     verdict = history.verdict
     if verdict is not None:
@@ -233,9 +237,9 @@ def target_samples(target: TargetConfig, history: TargetHistory) -> list[TargetS
     judged = PROFILES.get(engine)
     degradation = history.degradation
     if judged is not None:
-        for reason in DEGRADED_REASONS:
+        for reason, reason_label in _DEGRADED_LABELS:
             if judged.judges(reason):
-                add((_DEGRADED, (reason,), reason in degradation.reasons))
+                add((_DEGRADED, reason_label, reason in degradation.reasons))
     measures = degradation.measures
     maybe(_RATE_PER_REQUEST, measures.rate_per_request)
     maybe(_RATE_BASELINE, measures.baseline_rate_per_request)
@@ -244,8 +248,8 @@ def target_samples(target: TargetConfig, history: TargetHistory) -> list[TargetS
     maybe(_QUEUE_TIME, measures.queue_time_seconds)
     add((_POLLS, _NO_LABELS, history.polls))
     errors = history.poll_errors
-    for reason in POLL_ERROR_REASONS:
-        add((_POLL_ERRORS, (reason,), errors.get(reason, 0)))
+    for reason, reason_label in _POLL_ERROR_LABELS:
+        add((_POLL_ERRORS, reason_label, errors.get(reason, 0)))
     return samples
 
 

@@ -10,6 +10,7 @@ writes, byte for byte (a test holds the two equal), checking each family's names
 from __future__ import annotations
 
 import functools
+import math
 import re
 from collections.abc import Callable, Iterable
 
@@ -20,7 +21,20 @@ _NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*\Z")
 _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*\Z")
 SUFFIXES = {"gauge": "", "counter": "_total"}
 # How the reference writes a value (as Go does); typed here, it is not upstream.
-go_float: Callable[[float], str] = floatToGoString
+_go_float_reference: Callable[[float], str] = floatToGoString
+# Most samples of an answer hold a small whole number (a state's 0 or 1, a count): their
+# text is looked up, not formatted. Zero is left out: -0.0 equals 0.0 as a key.
+_WHOLE_NUMBERS = {float(n): _go_float_reference(float(n)) for n in range(1, 4096)}
+
+
+def go_float(value: float) -> str:
+    """`value` as the reference writes it (as Go does), byte for byte."""
+    text = _WHOLE_NUMBERS.get(value)
+    if text is not None:
+        return text
+    if value == 0:
+        return "-0.0" if math.copysign(1.0, value) < 0 else "0.0"
+    return _go_float_reference(value)
 
 
 class UnsupportedFamily(ValueError):

@@ -8,6 +8,8 @@ from pathlib import Path
 from types import MappingProxyType
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -15,6 +17,7 @@ from prometheus_client.core import (
     HistogramMetricFamily,
     Metric,
 )
+from prometheus_client.utils import floatToGoString
 
 from stallwatch.common.exporter_config import ExporterConfig, TargetConfig
 from stallwatch.core.classify import State, Verdict, classify, down, hung
@@ -22,7 +25,7 @@ from stallwatch.core.history import PollOutcome, TargetHistory
 from stallwatch.core.reading import parse_reading
 from stallwatch.exporter.answer import MAX_SAMPLE_NAMES, AnswerWriter
 from stallwatch.exporter.collector import TargetCollector
-from stallwatch.exporter.exposition import UnsupportedFamily, exposition
+from stallwatch.exporter.exposition import UnsupportedFamily, exposition, go_float
 
 REAL_METRICS = Path(__file__).resolve().parents[1] / "testdata" / "real-metrics"
 ENGINE_PREFIXES = ("vllm", "llamacpp", "sglang")
@@ -159,3 +162,40 @@ def test_a_family_it_does_not_write_is_refused_not_written_wrong() -> None:
         exposition([histogram])
     with pytest.raises(UnsupportedFamily):
         exposition([stamped])
+
+
+GO_FLOAT_VALUES = (
+    0.0,
+    -0.0,
+    0,
+    False,
+    True,
+    1,
+    1.0,
+    -1.0,
+    15.0,
+    4095.0,
+    4096.0,
+    18102.0,
+    0.5,
+    1e-06,
+    1.7966767101362453e09,
+    1e16,
+    123456789.0,
+    float("inf"),
+    float("-inf"),
+    float("nan"),
+)
+
+
+@pytest.mark.parametrize("value", GO_FLOAT_VALUES, ids=repr)
+def test_go_float_writes_a_value_as_the_reference_does(value: float) -> None:
+    """The looked-up whole numbers and every other value are written as floatToGoString does."""
+    assert go_float(value) == floatToGoString(value)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.floats(allow_nan=True, allow_infinity=True) | st.integers(-(2**53), 2**53))
+def test_go_float_agrees_with_the_reference_on_any_value(value: float) -> None:
+    """Any float or whole number, written as floatToGoString writes it."""
+    assert go_float(value) == floatToGoString(value)
