@@ -63,6 +63,8 @@ BODY_REGEX = r"vllm:num_requests_running\{[^}]*\} [0-9.eE+-]+"
 # Prometheus tells an exporter its scrape timeout; blackbox_exporter bounds its probe by it.
 SCRAPE_HEADERS = {"X-Prometheus-Scrape-Timeout-Seconds": f"{SCRAPE_TIMEOUT:g}"}
 LOAD_SAMPLE_SECONDS = 5.0
+# Each exporter runs this many times at each size (a window each), in `round_order`.
+ROUNDS = 2
 # `stallwatch exporter --workers` of the second stallwatch row: one per core of these machines.
 WORKERS = 2
 
@@ -256,10 +258,39 @@ class PeerRun:
     rss_bytes: int
     load_mean: float
     load_max: float
+    # Each round's CPU per read, when this run pools several (`pooled`).
+    rounds_cpu_per_read: tuple[float, ...] = ()
 
     @property
     def cpu_per_read(self) -> float:
         return self.exporter_cpu / self.reads if self.reads else float("nan")
+
+
+def pooled(runs: list[PeerRun]) -> PeerRun:
+    """One exporter's rounds at one size as one run: counts, CPU and time summed (CPU per read
+    is the rounds' CPU over their reads), the worst round's p99, RSS and load peak, the median
+    round's p50, the load's mean weighted by time."""
+    if not runs or len({(run.peer, run.targets) for run in runs}) != 1:
+        raise ValueError("pooled() takes the rounds of one exporter at one size")
+    seconds = sum(run.seconds for run in runs)
+    return PeerRun(
+        peer=runs[0].peer,
+        targets=runs[0].targets,
+        seconds=seconds,
+        scrapes_due=sum(run.scrapes_due for run in runs),
+        scrapes=sum(run.scrapes for run in runs),
+        failed_scrapes=sum(run.failed_scrapes for run in runs),
+        reads=sum(run.reads for run in runs),
+        p50_scrape_seconds=percentile([run.p50_scrape_seconds for run in runs], 0.5),
+        p99_scrape_seconds=max(run.p99_scrape_seconds for run in runs),
+        exporter_cpu=sum(run.exporter_cpu for run in runs),
+        scraper_cpu=sum(run.scraper_cpu for run in runs),
+        servers_cpu=sum(run.servers_cpu for run in runs),
+        rss_bytes=max(run.rss_bytes for run in runs),
+        load_mean=sum(run.load_mean * run.seconds for run in runs) / seconds,
+        load_max=max(run.load_max for run in runs),
+        rounds_cpu_per_read=tuple(run.cpu_per_read for run in runs),
+    )
 
 
 async def measure(
@@ -319,22 +350,43 @@ async def measure(
     )
 
 
-async def _run(counts: list[int], warmup: float, window: float) -> list[list[PeerRun]]:
-    """Per size, every peer's run; the order of the peers alternates from one size to the next."""
+def round_order(round_index: int) -> tuple[Peer, ...]:
+    """The peers in the order round `round_index` runs them: forward, then backward (two
+    rounds run each peer once early and once late, so a load that drifts through the run
+    weighs on every peer alike)."""
+    return PEERS if round_index % 2 == 0 else PEERS[::-1]
+
+
+async def _run(counts: list[int], warmup: float, window: float, rounds: int) -> list[list[PeerRun]]:
+    """Per size, every peer's rounds pooled (`pooled`), in the order of PEERS."""
     servers = await asyncio.to_thread(TargetServers, max(counts), moving=True)
     try:
         with tempfile.TemporaryDirectory() as workdir:
             sizes = []
-            for index, count in enumerate(counts):
-                order = PEERS if index % 2 == 0 else PEERS[::-1]
-                runs = {
-                    peer.name: await measure(peer, servers, count, warmup, window, Path(workdir))
-                    for peer in order
-                }
-                sizes.append([runs[peer.name] for peer in PEERS])
+            for count in counts:
+                runs: dict[str, list[PeerRun]] = {peer.name: [] for peer in PEERS}
+                for round_index in range(rounds):
+                    for peer in round_order(round_index):
+                        run = await measure(peer, servers, count, warmup, window, Path(workdir))
+                        runs[peer.name].append(run)
+                        print(
+                            f"peer: {count:,} targets, round {round_index + 1}/{rounds}, "
+                            f"{peer.name}: {fmt_seconds(run.cpu_per_read)} per read, "
+                            f"{run.failed_scrapes} failed scrapes",
+                            flush=True,
+                        )
+                sizes.append([pooled(runs[peer.name]) for peer in PEERS])
             return sizes
     finally:
         await asyncio.to_thread(servers.stop)
+
+
+def per_round(run: PeerRun) -> str:
+    """CPU per read, and each round's when there are several."""
+    pooled_figure = fmt_seconds(run.cpu_per_read)
+    if len(run.rounds_cpu_per_read) < 2:
+        return pooled_figure
+    return f"{pooled_figure} ({', '.join(fmt_seconds(r) for r in run.rounds_cpu_per_read)})"
 
 
 def ratio(numerator: float, denominator: float) -> float:
@@ -374,8 +426,9 @@ def run(quick: bool) -> Section:
     counts = [50] if quick else [2500, 5000, 7500]
     # Quick: enough scrapes of each exporter to show it reads (the smoke test), no figure.
     warmup = 2.0 if quick else INTERVAL
-    window = 6.0 if quick else 4 * INTERVAL
-    sizes = asyncio.run(_run(counts, warmup, window))
+    window = 6.0 if quick else 2 * INTERVAL
+    rounds = 1 if quick else ROUNDS
+    sizes = asyncio.run(_run(counts, warmup, window, rounds))
     rows = []
     figures: dict[str, object] = {"blackbox_version": version, "sizes": []}
     for runs in sizes:
@@ -395,7 +448,7 @@ def run(quick: bool) -> Section:
                     f"{r.failed_scrapes:,}",
                     f"{r.reads:,}",
                     f"{fmt_seconds(r.p50_scrape_seconds)} / {fmt_seconds(r.p99_scrape_seconds)}",
-                    fmt_seconds(r.cpu_per_read),
+                    per_round(r),
                     f"{r.exporter_cpu / r.seconds:.0%}",
                     beside,
                     f"{r.rss_bytes / 2**20:.0f} MiB",
@@ -409,6 +462,15 @@ def run(quick: bool) -> Section:
                 "runs": [r.__dict__ | {"cpu_per_read": r.cpu_per_read} for r in runs],
                 "ratios": ratios,
                 "workers_ratios": workers_ratios,
+                "round_cpu_ratios": {
+                    r.peer: [
+                        ratio(mine, theirs)
+                        for mine, theirs in zip(
+                            ours.rounds_cpu_per_read, r.rounds_cpu_per_read, strict=True
+                        )
+                    ]
+                    for r in runs[1:]
+                },
             }
         )
     return Section(
@@ -439,13 +501,17 @@ def run(quick: bool) -> Section:
             "whole body read, and module `vllm_regex`, "
             f"`fail_if_body_not_matches_regexp: {BODY_REGEX}`, both `timeout: 5s`, ip4); and "
             "`benchmarks/bare_exporter.py` (aiohttp, one shared `ClientSession`, reads the body "
-            "and answers a constant), on asyncio's loop and on uvloop. The order of the "
-            "exporters alternates from one size to the next.",
+            "and answers a constant), on asyncio's loop and on uvloop. "
+            f"At each size every exporter runs {rounds} time(s), started anew each time: the "
+            "first round in the table's order, the second in the reverse order; its figures "
+            "pool the rounds (counts, CPU and time summed: CPU per read is the rounds' CPU over "
+            "their reads, each round's in parentheses; the worst round's p99, RSS and load "
+            "peak, the median round's p50).",
             f"This process plays Prometheus, the same plan for each: every server's `/probe` "
             f"once per {INTERVAL:g} s, phases spread, {SCRAPE_TIMEOUT:g} s scrape timeout (sent "
             "as `X-Prometheus-Scrape-Timeout-Seconds`), kept-alive connections. A scrape fails "
             "on a timeout, an error, a non-200 answer or an answer that does not say the read "
-            f"succeeded. Measured over {window:g} s after a {warmup:g} s warm-up.",
+            f"succeeded. Each round measured over {window:g} s after a {warmup:g} s warm-up.",
             "Reads: stallwatch's `stallwatch_probe_reads_total` and the bare exporter's own "
             "counter; for blackbox_exporter (no cache: every `/probe` reads the server), the "
             "scrapes that succeeded. Exporter CPU per read = utime + stime of the exporter "
