@@ -20,6 +20,7 @@ from stallwatch.simulator.load import run_load
 from stallwatch.simulator.server import SimServer
 from stallwatch.simulator.testing import running_simulator
 from tests.support.exporter import (
+    TEST_REQUEST_TIMEOUT,
     exporter_for,
     history,
     record_histories,
@@ -31,7 +32,7 @@ from tests.support.exporter import (
 
 NAME = "engine"
 # A test request on every idle poll (no min_interval): the fix, not the schedule, must hold it.
-EVERY_POLL = IdleTestRequestConfig(timeout_seconds=0.5, min_interval_seconds=0.0)
+EVERY_POLL = IdleTestRequestConfig(timeout_seconds=TEST_REQUEST_TIMEOUT, min_interval_seconds=0.0)
 IDENTIFY = "GET /v1/models"
 FIRST_REQUEST = {"model": "tiny", "prompt": "the of and", "max_tokens": 2}
 

@@ -29,14 +29,8 @@ async def test_the_whole_registry_of_a_running_exporter_is_written_as_the_refere
 ):
     """Targets, process, platform and GC families of a live exporter: the same bytes both ways."""
     async with running_simulator() as sim:
-        plain = target("plain", sim.url, interval_seconds=0.2, timeout_seconds=0.2)
-        labelled = target(
-            "labelled",
-            sim.url,
-            interval_seconds=0.2,
-            timeout_seconds=0.2,
-            labels=MappingProxyType({"zone": 'eu "west"'}),
-        )
+        plain = target("plain", sim.url)
+        labelled = target("labelled", sim.url, labels=MappingProxyType({"zone": 'eu "west"'}))
         async with exporter_for(plain, labelled) as (service, url):
             await wait_for_state(service, "plain", State.IDLE)
             await wait_for_state(service, "labelled", State.IDLE)

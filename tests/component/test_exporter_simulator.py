@@ -7,7 +7,6 @@ import dataclasses
 import itertools
 import shutil
 import subprocess
-from dataclasses import replace
 from pathlib import Path
 
 import aiohttp
@@ -29,6 +28,7 @@ from stallwatch.simulator.proxy import running_proxy
 from stallwatch.simulator.testing import running_simulator
 from tests.support.exporter import (
     FAST_INTERVAL,
+    TEST_REQUEST_TIMEOUT,
     exporter_for,
     history,
     record_states,
@@ -37,6 +37,9 @@ from tests.support.exporter import (
     wait_for_state,
     wait_until,
 )
+
+# What the test-request timeout tests judge: a test request unanswered this long has failed.
+TEST_REQUEST_FAILS_AFTER = IdleTestRequestConfig(timeout_seconds=0.5)
 
 
 async def test_batch_load_reads_busy_and_gets_no_test_request() -> None:
@@ -107,7 +110,8 @@ async def test_hang_before_update_reads_unresponsive() -> None:
     """A hang that froze running at 0 is caught by the idle test request failing."""
     async with running_simulator() as sim:
         sim.apply_fault("hang_before_update")
-        async with exporter_for(target("gpu", sim.url)) as (service, _):
+        gpu = target("gpu", sim.url, test_request=TEST_REQUEST_FAILS_AFTER)
+        async with exporter_for(gpu) as (service, _):
             found = await wait_for_state(service, "gpu", State.UNRESPONSIVE, polls=2)
     assert found.test_request_failures >= 2
     assert sim.stats()["completions_by_user_agent"].get(USER_AGENT, 0) >= 2
@@ -117,7 +121,8 @@ async def test_test_request_counters_are_published_under_both_names_until_0_3() 
     """The idle test request's counters carry their new names and, until 0.3, their old ones."""
     async with running_simulator() as sim:
         sim.apply_fault("hang_before_update")
-        async with exporter_for(target("gpu", sim.url)) as (service, url):
+        gpu = target("gpu", sim.url, test_request=TEST_REQUEST_FAILS_AFTER)
+        async with exporter_for(gpu) as (service, url):
             await wait_for_state(service, "gpu", State.UNRESPONSIVE, polls=2)
             metrics = await scrape(url)
     labels = (("target", "gpu"),)
@@ -131,18 +136,10 @@ async def test_test_request_counters_are_published_under_both_names_until_0_3() 
 
 async def test_idle_server_gets_at_most_one_test_request_per_poll() -> None:
     """An idle server is proven idle by test requests, never more than one per poll."""
-    # Room for a loaded machine: a read or a test request that outlives its timeout here would
-    # measure the machine, not the rule under test.
-    relaxed = target(
-        "gpu",
-        "",
-        interval_seconds=0.5,
-        timeout_seconds=0.5,
-        test_request=IdleTestRequestConfig(timeout_seconds=5.0, min_interval_seconds=0),
-    )
+    every_poll = IdleTestRequestConfig(timeout_seconds=TEST_REQUEST_TIMEOUT, min_interval_seconds=0)
     async with (
         running_simulator() as sim,
-        exporter_for(replace(relaxed, url=sim.url)) as (service, _),
+        exporter_for(target("gpu", sim.url, test_request=every_poll)) as (service, _),
     ):
         await wait_until(lambda: history(service, "gpu").polls >= 6, what="six polls")
         found = history(service, "gpu")
@@ -288,7 +285,10 @@ class PollLog:
 async def test_an_idle_server_gets_one_test_request_per_min_interval() -> None:
     """Test requests to an idle server come min_interval apart; the polls between read idle."""
     min_interval = 1.0
-    probe = IdleTestRequestConfig(timeout_seconds=0.5, min_interval_seconds=min_interval)
+    # A failed test request is sent again on the next poll: only answered ones keep the spacing.
+    probe = IdleTestRequestConfig(
+        timeout_seconds=TEST_REQUEST_TIMEOUT, min_interval_seconds=min_interval
+    )
     async with running_simulator() as sim:
         async with exporter_for(target("gpu", sim.url, test_request=probe)) as (service, _):
             log = PollLog(service, "gpu")

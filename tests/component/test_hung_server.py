@@ -96,12 +96,18 @@ def full_backlog() -> Iterator[str]:
         listener.close()
 
 
+# The read bound these tests judge (hung: connected, no answer within it; down: not connected
+# within half of it), tight and stated here: tests/support/exporter.py's `target()` gives the
+# tests that judge something else a generous one.
+HUNG_AFTER = 0.3
+
+
 def check_target(url: str) -> TargetConfig:
     return TargetConfig(
         name="check",
         url=url,
-        interval_seconds=0.3,
-        timeout_seconds=0.3,
+        interval_seconds=HUNG_AFTER,
+        timeout_seconds=HUNG_AFTER,
         test_request=IdleTestRequestConfig(timeout_seconds=0.5),
     )
 
@@ -170,19 +176,21 @@ async def scrape(url: str) -> dict[tuple[str, str], float]:
 async def test_the_simulator_api_hang_reads_hung_twice_and_recovers() -> None:
     """api_hang: /metrics connects and never answers, the exporter publishes hung (up 0); after
     recover it answers again."""
-    async with (
-        running_simulator() as sim,
-        exporter_for(target("sim", sim.url, test_request=IdleTestRequestConfig(enabled=False))) as (
-            service,
-            url,
-        ),
-    ):
-        await wait_for_state(service, "sim", State.IDLE, polls=2)
-        sim.apply_fault("api_hang")
-        hung = await wait_for_state(service, "sim", State.HUNG, polls=2)
-        samples = await scrape(url)
-        sim.apply_fault("recover")
-        back = await wait_for_state(service, "sim", State.IDLE, polls=1)
+    async with running_simulator() as sim:
+        judged = target(
+            "sim",
+            sim.url,
+            interval_seconds=HUNG_AFTER,
+            timeout_seconds=HUNG_AFTER,
+            test_request=IdleTestRequestConfig(enabled=False),
+        )
+        async with exporter_for(judged) as (service, url):
+            await wait_for_state(service, "sim", State.IDLE, polls=2)
+            sim.apply_fault("api_hang")
+            hung = await wait_for_state(service, "sim", State.HUNG, polls=2)
+            samples = await scrape(url)
+            sim.apply_fault("recover")
+            back = await wait_for_state(service, "sim", State.IDLE, polls=1)
     assert "connected, no answer" in (hung.verdict.reason if hung.verdict else "")
     assert samples[("stallwatch_target_state", "hung")] == 1
     assert samples[("stallwatch_target_state", "down")] == 0

@@ -17,14 +17,37 @@ from stallwatch.core.history import PollOutcome, TargetHistory
 from stallwatch.exporter.app import running_exporter
 from stallwatch.exporter.service import ExporterService
 
+# How often `target()` polls: many polls in a few seconds, so that windows, min_intervals and
+# the spacing of polls are measured in seconds of test time.
 FAST_INTERVAL = 0.25
+# The bound of each read, and of each test request, that `target()` gives: for the tests that
+# judge something else than a timeout. A loopback read takes a few milliseconds, but on a loaded
+# machine (CI: the tier's xdist workers beside engine builds and a compose stack, 2 cores) the
+# event loop of the test process, which runs the exporter and the servers it reads, may not get
+# the CPU for more than FAST_INTERVAL: a 0.25 s bound then read a healthy server `hung`
+# ("connected, no answer"), or `down` (a connection not made within half of it), and a test
+# about counters failed. A test that judges a timeout (hung server, cut reads, a test request
+# that times out) passes its own tight bound, stated in the test.
+#
+# READ_TIMEOUT is longer than FAST_INTERVAL, which a config file cannot say (the loader wants
+# timeout <= interval; `stallwatch check` takes the smaller of the two). The exporter does not
+# lean on that rule: a read that ends within FAST_INTERVAL (every read on a quiet machine) is
+# judged as under a 0.25 s bound, and a slower one is judged on its answer instead of timed
+# out, its poll outlasting the interval as a valid config's poll can (a poll is several reads
+# and a test request, whose timeout no interval bounds): the poll loop skips the missed ticks
+# and keeps its phase (`ExporterService._run_target`); `stallwatch check` sleeps the interval
+# after each poll whatever it took.
+READ_TIMEOUT = 2.0
+TEST_REQUEST_TIMEOUT = 2.0
 
 
 def target(name: str, url: str, **fields: object) -> TargetConfig:
+    """A target polled every FAST_INTERVAL, each read and test request bounded by READ_TIMEOUT
+    and TEST_REQUEST_TIMEOUT; `fields` override any of them."""
     defaults: dict[str, object] = {
         "interval_seconds": FAST_INTERVAL,
-        "timeout_seconds": FAST_INTERVAL,
-        "test_request": IdleTestRequestConfig(timeout_seconds=0.5),
+        "timeout_seconds": READ_TIMEOUT,
+        "test_request": IdleTestRequestConfig(timeout_seconds=TEST_REQUEST_TIMEOUT),
     }
     defaults.update(fields)
     return TargetConfig(name=name, url=url, **defaults)  # type: ignore[arg-type]

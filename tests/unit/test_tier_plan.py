@@ -15,13 +15,13 @@ def steps(tiers: list[str], beside: dict[str, tuple[str, ...]] | None = None) ->
     ]
 
 
-def test_make_test_runs_the_stack_beside_e2e_and_ends_it_before_real() -> None:
-    """`make test`'s tiers: the stack starts with e2e, is waited for before real."""
+def test_make_test_runs_the_stack_beside_component_and_e2e_and_ends_it_before_real() -> None:
+    """`make test`'s tiers: the stack starts with component, is waited for before real."""
     assert steps(ALL) == [
         "run unit",
         "run contract",
-        "run component",
         "start stack",
+        "run component",
         "run e2e",
         "join stack",
         "run real",
