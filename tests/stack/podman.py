@@ -43,6 +43,10 @@ events_logfile_max_size = "0"
 """
 
 
+# How long `podman events` may take to read the event log (see `Podman.container_events`).
+EVENTS_READ_SECONDS = 5.0
+
+
 class PodmanUnavailable(Exception):
     """Podman cannot be used here; the message says why (a skip reason)."""
 
@@ -114,6 +118,26 @@ class Podman:
                 f"podman {' '.join(args)} exited {result.returncode}:\n{result.stderr}"
             )
         return result.stdout
+
+    def container_events(self, container: str, since: float) -> list[str]:
+        """The statuses of `container`'s events since `since` (Unix time), in order.
+
+        podman 4.3 reads the event log only while `--until` is ahead: an `--until` already
+        past when it starts reading gives no event at all (checked by hand: "until now" lists
+        none, "until now + 2 s" lists them). Started late (the stack tier runs at a lower CPU
+        priority beside other tiers), a read until "now + 1 s" once gave none. It reads until
+        EVENTS_READ_SECONDS from now, and once more if that read gave nothing.
+        """
+        statuses: list[str] = []
+        for _ in range(2):
+            statuses = self.run(
+                "events", "--since", str(int(since)),
+                "--until", str(int(time.time() + EVENTS_READ_SECONDS)),
+                "--filter", f"container={container}", "--format", "{{.Status}}",
+            ).split()  # fmt: skip
+            if statuses:
+                break
+        return statuses
 
     def inspect(self, name: str) -> dict[str, Any] | None:
         output = self.run("container", "inspect", name, check=False)

@@ -74,13 +74,6 @@ async def restart_through_the_restarter(
             return result
 
 
-def restart_events(podman: Podman, container: str, since: float) -> list[str]:
-    return podman.run(
-        "events", "--since", str(int(since)), "--until", str(int(time.time()) + 1),
-        "--filter", f"container={container}", "--format", "{{.Status}}",
-    ).split()  # fmt: skip
-
-
 async def test_a_restart_answers_204_and_restarts_the_container(
     tmp_path: Path, podman: Podman, container: str
 ) -> None:
@@ -99,7 +92,7 @@ async def test_a_restart_answers_204_and_restarts_the_container(
     assert after["Id"] == before["Id"]
     assert after["State"]["Running"]
     assert after["State"]["StartedAt"] != before["State"]["StartedAt"]
-    assert restart_events(podman, container, since).count("restart") == 1
+    assert podman.container_events(container, since).count("restart") == 1
 
 
 async def test_an_unknown_container_is_a_journaled_404_failure(
