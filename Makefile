@@ -59,7 +59,7 @@ system-deps:
 # The tiers are markers set by tests/conftest.py from each test's directory (pytest -m TIER).
 # scripts/test_tiers.py runs them one after another: unit, contract, component and e2e on every
 # core (pytest-xdist; STALLWATCH_TEST_WORKERS=N to choose), the others one test at a time, the
-# stack beside e2e (it mostly waits; STALLWATCH_TEST_BESIDE=0: in its turn). It
+# stack beside component and e2e (it mostly waits; STALLWATCH_TEST_BESIDE=0: in its turn). It
 # prints each tier's wall time and the slowest tests, and writes junit reports to
 # build/test-reports/.
 TIERS := $(BIN)/python scripts/test_tiers.py

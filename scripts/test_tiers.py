@@ -16,8 +16,8 @@ build/test-reports/setup-*.log): the minutes of installs overlap tiers that most
 tier starts when the builds are done; a build that failed is run again there by the tier's own
 fixture, which fails with its log. STALLWATCH_TEST_BUILD_AHEAD=0 leaves the builds to the tier.
 
-The stack tier, which mostly waits on the shipped timings, runs beside the e2e tier at a
-lower CPU priority (its podman service and containers inherit it), its output in
+The stack tier, which mostly waits on the shipped timings, runs beside the component and e2e
+tiers at a lower CPU priority (its podman service and containers inherit it), its output in
 build/test-reports/stack.log, shown when it ends; it ends before the real tier starts.
 STALLWATCH_TEST_BESIDE=0 runs every tier in turn.
 """
