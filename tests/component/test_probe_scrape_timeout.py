@@ -18,6 +18,7 @@ from stallwatch.core.classify import State
 from stallwatch.exporter.app import SCRAPE_TIMEOUT_HEADER, running_exporter
 from stallwatch.exporter.service import ExporterService
 from stallwatch.simulator.testing import running_simulator
+from tests.support.alerting_stack import poll
 
 
 def config(**module: Any) -> ExporterConfig:
@@ -100,14 +101,15 @@ async def test_a_read_still_waiting_for_its_test_request_is_cut_at_the_scrapes_e
         cfg = config(kind="vllm", timeout="1s", test_request={"enabled": True, "timeout": "30s"})
         async with exporter(cfg) as (service, url), aiohttp.ClientSession() as session:
             status, body = await get(session, url, sim.url, scrape_timeout="2")
+
             # The answer and the cut are both due at the scrape's deadline: on a loaded
             # machine either may come first, so the count is waited for (bounded).
-            for _ in range(50):
+            async def cut_counted() -> str | None:
                 async with session.get(f"{url}/metrics") as response:
-                    metrics = await response.text()
-                if value(metrics, "stallwatch_probe_reads_cut_total"):
-                    break
-                await asyncio.sleep(0.1)
+                    text = await response.text()
+                return text if value(text, "stallwatch_probe_reads_cut_total") else None
+
+            metrics = await poll(cut_counted, 5, "the cut read counted")
             assert service.probes is not None
             (entry,) = service.probes.entries.values()
     assert status == 200

@@ -5,20 +5,14 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from stallwatch.common.exporter_config import IdleTestRequestConfig, TargetConfig
-from tests.support.exporter import READ_TIMEOUT, TEST_REQUEST_TIMEOUT
+from stallwatch.common.exporter_config import TargetConfig
+from tests.support.exporter import target
 
 
 def check_target(url: str, interval: float = 0.3) -> TargetConfig:
     """A target for `run_check`, read `interval` apart, each read and test request with the
     generous bounds of tests/support/exporter.py (these tests judge verdicts, not timeouts)."""
-    return TargetConfig(
-        name="check",
-        url=url,
-        interval_seconds=interval,
-        timeout_seconds=READ_TIMEOUT,
-        test_request=IdleTestRequestConfig(timeout_seconds=TEST_REQUEST_TIMEOUT),
-    )
+    return target("check", url, interval_seconds=interval)
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
