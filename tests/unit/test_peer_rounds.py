@@ -6,7 +6,8 @@ import dataclasses
 
 import pytest
 
-from benchmarks.peer import PEERS, PeerRun, pooled, round_order
+from benchmarks.peer import PeerRun, pooled, round_order
+from benchmarks.peer_exporters import PEERS
 
 
 def _run(peer: str = "stallwatch", **fields: float) -> PeerRun:
