@@ -74,9 +74,11 @@ class TargetHistory:
     ) -> TargetHistory:
         verdict = outcome.verdict
         same_state = self.verdict is not None and self.verdict.state == verdict.state
-        errors = dict(self.poll_errors)
+        errors = self.poll_errors
         if outcome.error_reason is not None:
-            errors[outcome.error_reason] = errors.get(outcome.error_reason, 0) + 1
+            counts = dict(errors)
+            counts[outcome.error_reason] = counts.get(outcome.error_reason, 0) + 1
+            errors = MappingProxyType(counts)
         proven_idle = (
             verdict.state == State.IDLE
             and not verdict.test_request_needed
@@ -100,7 +102,7 @@ class TargetHistory:
             restarts_detected=self.restarts_detected + (1 if verdict.restart_detected else 0),
             test_requests=self.test_requests + outcome.test_requests_sent,
             test_request_failures=self.test_request_failures + outcome.test_requests_failed,
-            poll_errors=MappingProxyType(errors),
+            poll_errors=errors,
             stall_since=stall_since,
             stall_seconds=stall_seconds,
             recovered_stalls=self.recovered_stalls + (1 if recovered else 0),

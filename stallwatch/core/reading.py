@@ -5,7 +5,9 @@ Which series feed which field of the sample is each engine's profile
 the engine whose identifying families are present. A payload is tens of KB of exposition
 text of which a few dozen lines matter: the parser finds the lines that start with a name it
 wants with one regular expression (a prefix tree of the names, run in C), and parses labels
-and value only for those. A payload that is not all ASCII, or holds a carriage return or
+and value only for those. A server's lines come back at every read with only their values
+changed: where each line's name and labels go (which field of which engine) is found once,
+and a later read parses the value alone. A payload that is not all ASCII, or holds a carriage return or
 another ASCII control character besides newline and tab, is read line by line instead, with
 the same result. Either way the grammar is Prometheus' text format: lines end at newline alone
 (a U+2028 inside a label value is part of it), and spaces or tabs may stand between a name and
@@ -196,6 +198,10 @@ def _parse_labels(text: str, start: int, *, plain_first: bool = True) -> tuple[d
 
 
 def _parse_value(text: str) -> float:
+    try:
+        return float(text)  # the value alone, blanks around it (float strips what split cuts)
+    except ValueError:
+        pass
     fields = text.split()
     if not fields:
         raise _MalformedLine("no value")
@@ -282,6 +288,11 @@ class _Table:
     inflight: Mapping[str, tuple[EngineProfile, InflightSeries]]
     first_letters: frozenset[str]
     wanted_lines: re.Pattern[str]
+    # Each line's route by its head: its name and label set (see parse_reading).
+    routes: dict[str, _Route] = field(default_factory=dict)
+
+    def wants(self, name: str) -> bool:
+        return name in self.series or name in self.inflight or name == PROCESS_START_TIME
 
 
 def _table(profiles: Iterable[EngineProfile]) -> _Table:
@@ -345,6 +356,50 @@ def _identity(profile: EngineProfile, labels: Mapping[str, str]) -> tuple[str, s
     return model, "/".join(labels.get(name, "") for name in names)
 
 
+# What a sample line feeds, found from its name and labels alone: a series' roles, the process
+# start time, an in-flight gauge, or nothing the parse wants.
+_FEEDS_ROLES, _FEEDS_START, _FEEDS_INFLIGHT, _FEEDS_NOTHING = range(4)
+
+
+@dataclass(frozen=True, slots=True)
+class _Route:
+    """Where one line's value goes, by its name and labels (each label set routed once)."""
+
+    feeds: int
+    name: str = ""
+    kind: str = ""
+    identity: tuple[str, str] = ("", "")
+    part: bool = False  # a part of a series split by `split_label`: a total wins over it
+    roles: tuple[tuple[str, bool], ...] = ()  # (role, summed) of the rules keeping the labels
+    counted: bool = False  # an in-flight sample that counts
+
+
+_NOTHING = _Route(_FEEDS_NOTHING)
+_START = _Route(_FEEDS_START)
+
+
+def _route(table: _Table, name: str, labels: Mapping[str, str]) -> _Route:
+    entry = table.series.get(name)
+    if entry is not None:
+        profile, rules = entry
+        return _Route(
+            _FEEDS_ROLES,
+            name,
+            profile.kind,
+            _identity(profile, labels),
+            profile.split_label is not None and labels.get(profile.split_label, "") != "",
+            tuple((rule.role, rule.summed) for rule in rules if rule.keeps(labels)),
+        )
+    if name == PROCESS_START_TIME:
+        return _START
+    inflight = table.inflight.get(name)
+    if inflight is not None:
+        profile, rule = inflight
+        counted = labels.get(rule.label) not in rule.not_counted
+        return _Route(_FEEDS_INFLIGHT, name, profile.kind, counted=counted)
+    return _NOTHING
+
+
 def parse_reading(
     payload: str, *, taken_at: float, kind: str = AUTO, line_by_line: bool = False
 ) -> Reading:
@@ -360,7 +415,7 @@ def parse_reading(
     table = _TABLES[table_kind]
     searched = None if line_by_line else _lines_by_expression(payload, table)
     lines, empty = searched if searched is not None else _lines_one_by_one(payload, table)
-    wanted = table.series
+    routes = table.routes
     values: dict[str, dict[tuple[str, str], dict[str, float]]] = {}
     split_values: dict[str, dict[tuple[str, str], dict[str, float]]] = {}
     inflight: dict[str, float] = {}
@@ -368,43 +423,56 @@ def parse_reading(
     start_time: float | None = None
     malformed = 0
     for line in lines:
-        end = _NAME_END.search(line)
-        name = line if end is None else line[: end.start()]
-        entry = wanted.get(name)
-        if entry is None:
-            if name == PROCESS_START_TIME:
-                try:
-                    _, _, value = _split_sample(line)
-                except _MalformedLine:
-                    malformed += 1
-                    continue
-                if math.isfinite(value):
-                    start_time = value
-            elif name in table.inflight:
-                malformed += _add_inflight(line, table.inflight[name], inflight)
-            continue
+        # A line's head: its name and label set, up to the last "}"; without one, its name.
+        close = line.rfind("}")
+        if close >= 0:
+            head_end = close + 1
+        else:
+            end = _NAME_END.search(line)
+            head_end = len(line) if end is None else end.start()
+        head = line[:head_end]
+        route = routes.get(head)
         try:
-            _, labels, value = _split_sample(line)
+            if route is not None:
+                value = _parse_value(line[head_end:])
+            else:
+                end = _NAME_END.search(line)
+                if not table.wants(line if end is None else line[: end.start()]):
+                    continue
+                name, labels, value = _split_sample(line)
+                route = _route(table, name, labels)
+                # Kept when the head is all of the name and labels: no "}", or a last "}"
+                # that closes the label set (see _KNOWN_HEADS).
+                if close < 0 or head in _KNOWN_HEADS:
+                    if len(routes) >= MAX_KNOWN_HEADS:
+                        routes.clear()
+                    routes[head] = route
         except _MalformedLine:
             malformed += 1
             continue
         if not math.isfinite(value):
             continue
-        profile, rules = entry
-        part = profile.split_label is not None and labels.get(profile.split_label, "") != ""
-        for rule in rules:
-            if not rule.keeps(labels):
+        feeds = route.feeds
+        if feeds == _FEEDS_ROLES:
+            if not route.roles:
                 continue
-            seen.setdefault(profile.kind, set()).add(name)
+            seen.setdefault(route.kind, set()).add(route.name)
             engine_values = (
-                (split_values if part else values)
-                .setdefault(profile.kind, {})
-                .setdefault(_identity(profile, labels), {})
+                (split_values if route.part else values)
+                .setdefault(route.kind, {})
+                .setdefault(route.identity, {})
             )
-            if rule.summed and rule.role in engine_values:
-                engine_values[rule.role] += value
-            else:
-                engine_values[rule.role] = value
+            for role, summed in route.roles:
+                if summed and role in engine_values:
+                    engine_values[role] += value
+                else:
+                    engine_values[role] = value
+        elif feeds == _FEEDS_START:
+            start_time = value
+        elif route.counted:
+            inflight[route.kind] = inflight.get(route.kind, 0.0) + value
+        else:
+            inflight.setdefault(route.kind, 0.0)
     for split_kind, parts in split_values.items():
         for key, part_values in parts.items():
             engine_totals = values.setdefault(split_kind, {}).setdefault(key, {})
@@ -428,22 +496,6 @@ def parse_reading(
         malformed_lines=malformed,
         inflight_requests=inflight.get(chosen),
     )
-
-
-def _add_inflight(
-    line: str, entry: tuple[EngineProfile, InflightSeries], totals: dict[str, float]
-) -> int:
-    """Add one in-flight sample to its engine's total; 1 when the line is malformed."""
-    profile, rule = entry
-    try:
-        _, labels, value = _split_sample(line)
-    except _MalformedLine:
-        return 1
-    if math.isfinite(value) and labels.get(rule.label) not in rule.not_counted:
-        totals[profile.kind] = totals.get(profile.kind, 0.0) + value
-    elif math.isfinite(value):
-        totals.setdefault(profile.kind, 0.0)
-    return 0
 
 
 def _choose(seen: Mapping[str, set[str]]) -> str | None:
@@ -499,4 +551,4 @@ def known_engine(baseline: Reading | None, now: float, interval: float) -> str |
 
 def with_start_marker(reading: Reading, marker: str | None) -> Reading:
     """Attach a process start marker taken from a response header."""
-    return replace(reading, start_marker=marker)
+    return reading if reading.start_marker == marker else replace(reading, start_marker=marker)

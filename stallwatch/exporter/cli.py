@@ -19,6 +19,7 @@ from stallwatch.common.event_loop import (
     choose_event_loop,
     run_on,
 )
+from stallwatch.common.garbage import set_for_service
 from stallwatch.exporter.app import ListenError, serve
 from stallwatch.exporter.supervisor import supervise, worker_command
 from stallwatch.exporter.web_config import describe as describe_web_config
@@ -155,6 +156,7 @@ def run(args: argparse.Namespace) -> int:
         for warning in config.warnings:
             log.warning("%s", warning)
         log.info("event loop: %s", loop.describe())
+    set_for_service()
     try:
         if args.worker is not None:
             sock = socket.socket(fileno=args.worker_fd)
