@@ -6,14 +6,14 @@ the engine whose identifying families are present. A payload is tens of KB of ex
 text of which a few dozen lines matter: the parser finds the lines that start with a name it
 wants with one regular expression (a prefix tree of the names, run in C), and parses labels
 and value only for those. A server's lines come back at every read with only their values
-changed: where each line's name and labels go (which field of which engine) is found once,
-and a later read parses the value alone. A payload that is not all ASCII, or holds a carriage return or
-another ASCII control character besides newline and tab, is read line by line instead, with
-the same result. Either way the grammar is Prometheus' text format: lines end at newline alone
-(a U+2028 inside a label value is part of it), and spaces or tabs may stand between a name and
-its `{`, between labels, and before the value. A garbled payload is not an error: unreadable
-lines are counted and skipped, and a payload without any engine series yields a reading with
-no engines.
+changed: where each line's name and labels go (which field of which engine) is found once, and
+a later read parses the value alone. A payload that is not all ASCII, or holds a carriage
+return or another ASCII control character besides newline and tab, is read line by line
+instead, with the same result. Either way the grammar is Prometheus' text format: lines end at
+newline alone (a U+2028 inside a label value is part of it), and spaces or tabs may stand
+between a name and its `{`, between labels, and before the value. A garbled payload is not an
+error: unreadable lines are counted and skipped, and a payload without any engine series yields
+a reading with no engines.
 """
 
 from __future__ import annotations
