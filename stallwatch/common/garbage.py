@@ -6,7 +6,7 @@ replaces them. The collector's defaults still walk the youngest objects every 70
 promote what is alive at that moment, and walk every object the process holds each time the
 old ones have grown by a quarter: at thousands of targets, whose state is replaced at every
 read, that full walk came several times a minute and held the event loop for over 100 ms
-(BENCHMARKS.md, the peer section). Collecting the youngest objects every
+(docs/exporter.md, "Garbage collection"). Collecting the youngest objects every
 YOUNG_COLLECTION_THRESHOLD allocations instead lets most of them die young, as they do, and
 leaves the old generations rarely touched; what the process loaded to start (modules, tables,
 the config) is set aside for good, so a full collection does not walk it again.
