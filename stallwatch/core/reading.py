@@ -356,9 +356,9 @@ def _identity(profile: EngineProfile, labels: Mapping[str, str]) -> tuple[str, s
     return model, "/".join(labels.get(name, "") for name in names)
 
 
-# What a sample line feeds, found from its name and labels alone: a series' roles, the process
-# start time, an in-flight gauge, or nothing the parse wants.
-_FEEDS_ROLES, _FEEDS_START, _FEEDS_INFLIGHT, _FEEDS_NOTHING = range(4)
+# What a wanted sample line feeds, found from its name and labels alone: a series' roles, the
+# process start time, or an in-flight gauge.
+_FEEDS_ROLES, _FEEDS_START, _FEEDS_INFLIGHT = range(3)
 
 
 @dataclass(frozen=True, slots=True)
@@ -374,11 +374,11 @@ class _Route:
     counted: bool = False  # an in-flight sample that counts
 
 
-_NOTHING = _Route(_FEEDS_NOTHING)
 _START = _Route(_FEEDS_START)
 
 
 def _route(table: _Table, name: str, labels: Mapping[str, str]) -> _Route:
+    """The route of a line with a name the table wants (`_Table.wants`) and these labels."""
     entry = table.series.get(name)
     if entry is not None:
         profile, rules = entry
@@ -392,12 +392,9 @@ def _route(table: _Table, name: str, labels: Mapping[str, str]) -> _Route:
         )
     if name == PROCESS_START_TIME:
         return _START
-    inflight = table.inflight.get(name)
-    if inflight is not None:
-        profile, rule = inflight
-        counted = labels.get(rule.label) not in rule.not_counted
-        return _Route(_FEEDS_INFLIGHT, name, profile.kind, counted=counted)
-    return _NOTHING
+    profile, rule = table.inflight[name]
+    counted = labels.get(rule.label) not in rule.not_counted
+    return _Route(_FEEDS_INFLIGHT, name, profile.kind, counted=counted)
 
 
 def parse_reading(
