@@ -23,6 +23,14 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
+from stallwatch.core.sample_line import (
+    KNOWN_HEADS,
+    MAX_KNOWN_HEADS,
+    NAME_END,
+    MalformedLine,
+    parse_value,
+    split_sample,
+)
 from stallwatch.engines import AUTO, PROFILES, profile_for
 from stallwatch.engines.profile import COUNTER_ROLES, EngineProfile, InflightSeries, Series
 
@@ -146,102 +154,6 @@ class Reading:
 def _sum_known(values: Iterable[float | None]) -> float | None:
     known = [value for value in values if value is not None]
     return sum(known) if known else None
-
-
-class _MalformedLine(ValueError):
-    pass
-
-
-# One label without a backslash in its value, as the loop below reads it: separators skipped,
-# not the set's end, the name up to the first "=", a quoted value.
-_PLAIN_LABEL = re.compile(r'[ \t,]*+(?!\})([^=]*)="([^"\\]*)"')
-
-
-def _parse_labels(text: str, start: int, *, plain_first: bool = True) -> tuple[dict[str, str], int]:
-    """Parse `{a="x",b="y"}` starting at the `{`; return the labels and the index after `}`.
-    The labels without a backslash are matched in C first (unless not `plain_first`), the
-    rest read character by character."""
-    labels: dict[str, str] = {}
-    position = start + 1
-    length = len(text)
-    while plain_first and (plain := _PLAIN_LABEL.match(text, position)) is not None:
-        labels[plain[1].strip()] = plain[2]
-        position = plain.end()
-    while True:
-        while position < length and text[position] in " \t,":
-            position += 1
-        if position >= length:
-            raise _MalformedLine("unterminated label set")
-        if text[position] == "}":
-            return labels, position + 1
-        equals = text.find("=", position)
-        if equals < 0 or equals + 1 >= length or text[equals + 1] != '"':
-            raise _MalformedLine("label without a quoted value")
-        name = text[position:equals].strip()
-        position = equals + 2
-        value_chars: list[str] = []
-        while True:
-            if position >= length:
-                raise _MalformedLine("unterminated label value")
-            char = text[position]
-            if char == "\\" and position + 1 < length:
-                escaped = text[position + 1]
-                value_chars.append("\n" if escaped == "n" else escaped)
-                position += 2
-                continue
-            if char == '"':
-                position += 1
-                break
-            value_chars.append(char)
-            position += 1
-        labels[name] = "".join(value_chars)
-
-
-def _parse_value(text: str) -> float:
-    try:
-        return float(text)  # the value alone, blanks around it (float strips what split cuts)
-    except ValueError:
-        pass
-    fields = text.split()
-    if not fields:
-        raise _MalformedLine("no value")
-    try:
-        return float(fields[0])
-    except ValueError as error:
-        raise _MalformedLine(f"bad value {fields[0]!r}") from error
-
-
-# Where a sample's name ends, as Prometheus' text format reads it: at "{" or a blank (space or
-# tab); blanks may stand between the name and "{", and between the labels and the value.
-_NAME_END = re.compile(r"[{ \t]")
-_BLANKS = re.compile(r"[ \t]*")
-
-
-# A sample's name and labels by its line's text up to the label set's "}": a server's lines
-# come back at every read with only their values changed, so each label set is parsed once.
-# The label dicts kept here are shared: nothing changes them once parsed.
-_KNOWN_HEADS: dict[str, tuple[str, dict[str, str]]] = {}
-MAX_KNOWN_HEADS = 16384
-
-
-def _split_sample(line: str) -> tuple[str, dict[str, str], float]:
-    close = line.rfind("}")
-    if close >= 0 and (known := _KNOWN_HEADS.get(line[: close + 1])) is not None:
-        return known[0], known[1], _parse_value(line[close + 1 :])
-    end = _NAME_END.search(line)
-    if end is None:
-        raise _MalformedLine("no value")
-    name = line[: end.start()]
-    brace = _BLANKS.match(line, end.start()).end()  # type: ignore[union-attr]
-    if brace < len(line) and line[brace] == "{":
-        labels, after = _parse_labels(line, brace)
-        value = _parse_value(line[after:])
-        if after == close + 1:  # the last "}" closes the label set: the head is known now
-            if len(_KNOWN_HEADS) >= MAX_KNOWN_HEADS:
-                _KNOWN_HEADS.clear()
-            _KNOWN_HEADS[line[:after]] = (name, labels)
-        return name, labels, value
-    return name, {}, _parse_value(line[end.start() :])
 
 
 _Tree = dict[str, "_Tree"]
@@ -425,26 +337,26 @@ def parse_reading(
         if close >= 0:
             head_end = close + 1
         else:
-            end = _NAME_END.search(line)
+            end = NAME_END.search(line)
             head_end = len(line) if end is None else end.start()
         head = line[:head_end]
         route = routes.get(head)
         try:
             if route is not None:
-                value = _parse_value(line[head_end:])
+                value = parse_value(line[head_end:])
             else:
-                end = _NAME_END.search(line)
+                end = NAME_END.search(line)
                 if not table.wants(line if end is None else line[: end.start()]):
                     continue
-                name, labels, value = _split_sample(line)
+                name, labels, value = split_sample(line)
                 route = _route(table, name, labels)
                 # Kept when the head is all of the name and labels: no "}", or a last "}"
-                # that closes the label set (see _KNOWN_HEADS).
-                if close < 0 or head in _KNOWN_HEADS:
+                # that closes the label set (see KNOWN_HEADS).
+                if close < 0 or head in KNOWN_HEADS:
                     if len(routes) >= MAX_KNOWN_HEADS:
                         routes.clear()
                     routes[head] = route
-        except _MalformedLine:
+        except MalformedLine:
             malformed += 1
             continue
         if not math.isfinite(value):

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from stallwatch.core import reading as reading_module
+from stallwatch.core import sample_line
 from stallwatch.core.reading import parse_reading
 from stallwatch.engines import AUTO, PROFILES
 
@@ -119,7 +120,7 @@ def test_plain_labels_matched_in_c_read_as_the_character_loop_reads_them(text: s
 
     def read(plain_first: bool) -> object:
         try:
-            return reading_module._parse_labels(text, 0, plain_first=plain_first)
+            return sample_line.parse_labels(text, 0, plain_first=plain_first)
         except ValueError as error:
             return str(error)
 
@@ -133,8 +134,8 @@ def test_every_label_set_of_the_captured_payloads_reads_the_same_both_ways(path:
         if line.startswith("#") or "{" not in line:
             continue
         brace = line.index("{")
-        fast = reading_module._parse_labels(line, brace)
-        assert fast == reading_module._parse_labels(line, brace, plain_first=False), line
+        fast = sample_line.parse_labels(line, brace)
+        assert fast == sample_line.parse_labels(line, brace, plain_first=False), line
 
 
 def _split_each(lines: list[str]) -> list[str]:
@@ -142,7 +143,7 @@ def _split_each(lines: list[str]) -> list[str]:
     results: list[str] = []
     for line in lines:
         try:
-            results.append(repr(reading_module._split_sample(line)))
+            results.append(repr(sample_line.split_sample(line)))
         except ValueError as error:
             results.append(str(error))
     return results
@@ -160,18 +161,18 @@ def test_a_line_whose_label_set_was_read_before_splits_as_if_it_were_new(path: P
         if line.strip() and not line.strip().startswith("#")
     ]
     moved = [line.replace("} ", "} 42", 1) for line in lines]
-    reading_module._KNOWN_HEADS.clear()
+    sample_line.KNOWN_HEADS.clear()
     cold = _split_each(lines)
     if any("{" in line for line in lines):
-        assert reading_module._KNOWN_HEADS  # the label sets are kept
+        assert sample_line.KNOWN_HEADS  # the label sets are kept
     assert _split_each(lines) == cold
     warm_moved = _split_each(moved)
-    reading_module._KNOWN_HEADS.clear()
+    sample_line.KNOWN_HEADS.clear()
     assert warm_moved == _split_each(moved)
 
 
 def _forget_routes() -> None:
-    reading_module._KNOWN_HEADS.clear()
+    sample_line.KNOWN_HEADS.clear()
     for table in reading_module._TABLES.values():
         table.routes.clear()
 
